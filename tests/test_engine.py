@@ -1,0 +1,210 @@
+"""End-to-end: optimized modules compute what the originals computed, the pass works inside
+TVM's pipelines, and bad input is reported or passed through untouched."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+
+import tvm_taso
+from tvm_taso import examples
+from tvm_taso.passes import TasoOptimize
+
+
+def rel_err(a, b):
+    return max(float(np.abs(x - y).max() / (np.abs(x).max() + 1e-30)) for x, y in zip(a, b))
+
+
+def check_same_outputs(mod, new, target="llvm", pipeline="default"):
+    inputs = examples.random_inputs(mod, seed=1)
+    before = examples.run(mod, inputs)
+    after = examples.run(new, inputs, target=target, relax_pipeline=pipeline)
+    assert len(before) == len(after)
+    for a, b in zip(before, after):
+        assert a.shape == b.shape and a.dtype == b.dtype
+    assert rel_err(before, after) <= 1e-4
+
+
+EXPECTED = {
+    "qkv": {"merge-matmul-bias-shared-lhs"},
+    "inception": {"merge-conv-bias-relu-enlarge"},
+    "conv-bn-relu": {"fold-batch-norm-into-conv"},
+    "bottleneck": {"fold-batch-norm-into-conv"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(examples.EXAMPLES))
+@pytest.mark.parametrize("target", ["cuda", {"kind": "llvm", "num-cores": 2}])
+def test_examples_keep_outputs_and_lower_cost(name, target):
+    mod = examples.EXAMPLES[name]()
+    new, report = tvm_taso.optimize(mod, target=target)
+    json.dumps(report)  # the report is data
+    assert relax.analysis.check_well_formed(new)
+    check_same_outputs(mod, new)
+    if target == "cuda":
+        assert report["cost_after"] < report["cost_before"]
+        assert EXPECTED[name] <= set(report["applied"]), report["applied"]
+    else:
+        assert report["cost_after"] <= report["cost_before"]
+    for key in ("cost_before", "cost_after", "search_seconds", "expanded", "applied", "skipped"):
+        assert key in report
+    assert report["skipped"] == []
+
+
+def test_inception_merges_three_branches_into_one_conv():
+    mod = examples.inception_block()
+    new, _ = tvm_taso.optimize(mod, target="cuda")
+    block = new["main"].body.blocks[0]
+    convs = [b for b in block.bindings if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
+    assert len(convs) == 2  # the 1x1/3x3/5x5 branches in one 5x5 conv, plus the pooled branch
+    assert {tuple(int(d) for d in c.var.ty.shape)[1] for c in convs} == {96, 32}
+
+
+def test_batch_norm_is_folded_into_constant_weights():
+    mod = examples.conv_bn_relu()
+    new, report = tvm_taso.optimize(mod, target="cuda")
+    ops = [b.value.op.name for b in new["main"].body.blocks[0].bindings if isinstance(b.value, relax.Call)]
+    assert "relax.nn.batch_norm" not in ops
+    assert ops.count("relax.nn.conv2d") == 2
+    assert report["constants_folded"] > 0
+
+
+def test_pass_in_sequential_and_report():
+    mod = examples.parallel_matmuls()
+    p = TasoOptimize(target="cuda", time_limit=10)
+    seq = tvm.transform.Sequential([relax.transform.Normalize(), p, relax.transform.CanonicalizeBindings()])
+    new = seq(mod)
+    assert p.last_report["applied"]
+    check_same_outputs(mod, new)
+
+
+def test_taso_pipeline_in_tvm_compile():
+    mod = examples.inception_block()
+    inputs = examples.random_inputs(mod)
+    expected = examples.run(mod, inputs)
+    got = examples.run(mod, inputs, relax_pipeline=relax.get_pipeline("taso"))
+    assert rel_err(expected, got) <= 1e-4
+
+
+def test_search_is_deterministic():
+    mod = examples.resnet_bottleneck()
+    a, ra = tvm_taso.optimize(mod, target="cuda")
+    b, rb = tvm_taso.optimize(mod, target="cuda")
+    assert tvm_ffi.structural_equal(a, b)
+    assert ra["applied"] == rb["applied"] and ra["expanded"] == rb["expanded"]
+
+
+def test_budget_and_time_limit_bound_the_search():
+    mod = examples.parallel_matmuls()
+    _, report = tvm_taso.optimize(mod, target="cuda", budget=1)
+    assert report["expanded"] <= report["regions"]
+    _, report = tvm_taso.optimize(mod, target="cuda", time_limit=0.0)
+    assert report["expanded"] == 0 and report["cost_after"] == report["cost_before"]
+
+
+def _unknown_op_module():
+    def body(b, x):
+        y = b.conv_bn_relu(x, 8, 8, 3)
+        c = b.emit(relax.op.cumsum(y, axis=1))  # not an op tvm-taso knows
+        return b.conv_bn_relu(c, 8, 8, 3)
+
+    return examples._module({"x": (1, 8, 8, 8)}, body)
+
+
+def test_unknown_op_is_kept_with_one_warning():
+    mod = _unknown_op_module()
+    with pytest.warns(tvm_taso.TasoSkippedWarning, match="relax.cumsum") as record:
+        new, report = tvm_taso.optimize(mod, target="cuda")
+    assert len([w for w in record if issubclass(w.category, tvm_taso.TasoSkippedWarning)]) == 1
+    assert any("relax.cumsum" in s["what"] for s in report["skipped"])
+    ops = [b.value.op.name for b in new["main"].body.blocks[0].bindings if isinstance(b.value, relax.Call)]
+    assert "relax.cumsum" in ops
+    assert report["applied"]  # the known ops around it were still optimized
+    check_same_outputs(mod, new)
+
+
+def test_symbolic_shapes_pass_through():
+    n = tvm.tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+    w = relax.const(np.ones((8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.matmul(x, w))
+            b = bb.emit(relax.op.matmul(x, w))
+            o = bb.emit_output(relax.op.add(a, b))
+        bb.emit_func_output(o)
+    mod = bb.get()
+    with pytest.warns(tvm_taso.TasoSkippedWarning, match="symbolic shape"):
+        new, report = tvm_taso.optimize(mod, target="cuda")
+    assert tvm_ffi.structural_equal(new, mod)
+    assert report["applied"] == {}
+    # and the pass does not break the user's pipeline
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = tvm.compile(mod, target="llvm", relax_pipeline=relax.get_pipeline("taso"))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(np.ones((3, 8), "float32"))).numpy()
+    np.testing.assert_allclose(out, np.full((3, 8), 16.0))
+
+
+def test_non_dataflow_code_is_left_alone():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    with bb.function("main", [x]):
+        y = bb.emit(relax.op.nn.relu(x))  # outside any dataflow block
+        bb.emit_func_output(y)
+    mod = bb.get()
+    with pytest.warns(tvm_taso.TasoSkippedWarning, match="non-dataflow"):
+        new, _ = tvm_taso.optimize(mod)
+    assert tvm_ffi.structural_equal(new, mod)
+
+
+def test_malformed_rule_file_names_file_line_and_expectation(tmp_path):
+    path = tmp_path / "bad.rules"
+    path.write_text(
+        "# a comment\n"
+        "ok-rule [hand, checked]: (relu (relu ?x)) => (relu ?x)\n"
+        "broken [hand, checked]: (matmul ?x ?a) => (matmul ?x ?a\n"
+    )
+    with pytest.raises(tvm_taso.RuleSyntaxError, match=r"bad\.rules:3:\d+: expected '\)'"):
+        tvm_taso.load_rules(path)
+    path.write_text("r [hand, checked]: (frobnicate ?x) => ?x\n")
+    with pytest.raises(tvm_taso.RuleSyntaxError, match=r"bad\.rules:1: unknown op 'frobnicate'"):
+        tvm_taso.load_rules(path)
+    path.write_text("r [hand, maybe]: (relu ?x) => ?x\n")
+    with pytest.raises(tvm_taso.RuleSyntaxError, match="expected proof status"):
+        tvm_taso.load_rules(path)
+    path.write_text("r [hand, checked]: (relu ?x) => ?y\n")
+    with pytest.raises(tvm_taso.RuleSyntaxError, match=r"\?y not bound"):
+        tvm_taso.load_rules(path)
+    with pytest.raises(tvm_taso.RuleSyntaxError, match="cannot read rule file"):
+        tvm_taso.load_rules(tmp_path / "missing.rules")
+
+
+def test_user_rules_drive_the_search():
+    rules = tvm_taso.parse_rules(
+        "double-relu [hand, checked]: (relu (relu ?x)) => (relu ?x)\n", "<test>"
+    )
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            o = bb.emit_output(relax.op.nn.relu(bb.emit(relax.op.nn.relu(x))))
+        bb.emit_func_output(o)
+    mod = bb.get()
+    new, report = tvm_taso.optimize(mod, rules=rules, target="cuda")
+    assert report["applied"] == {"double-relu": 1}
+    check_same_outputs(mod, new)
+
+
+def test_cli_example(capsys):
+    from tvm_taso.cli import main
+
+    assert main(["example", "qkv"]) == 0
+    out = capsys.readouterr().out
+    assert "merge-matmul-bias-shared-lhs" in out and "(ok)" in out

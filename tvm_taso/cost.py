@@ -1,0 +1,195 @@
+"""Cost models: what a candidate graph costs on the target.
+
+A graph's cost is the sum of the costs of the kernels TVM would build from it. :func:`kernels`
+groups ops the way TVM's FuseOps does (an elementwise op folds into its producer's kernel, a
+reshape is a view, weight-only expressions are folded away before codegen); a
+:class:`CostModel` prices one :class:`Kernel`. :class:`AnalyticCost` is a roofline; measured
+and learned models implement the same :meth:`CostModel.kernel_cost`.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from . import ops
+from .graph import LEAVES, Graph, Ref
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One fused kernel: its ops in order, with each operand either an external tensor type
+    or the index of an earlier op in the kernel."""
+
+    ops: tuple  # (op, attrs, operands) where operand = ("in", TensorType) | ("op", k, out idx)
+    outputs: tuple  # TensorTypes the kernel writes
+
+    @property
+    def anchor(self) -> str:
+        return self.ops[0][0]
+
+
+def weight_only(g: Graph) -> set[int]:
+    """Nodes computed from constants alone: folded before codegen, so they cost nothing."""
+    folded: set[int] = set()
+    for nid in g.topo_order():
+        n = g.nodes[nid]
+        if n.op == "const" or (
+            n.op not in LEAVES and n.op != "opaque" and n.inputs and all(s in folded for s, _ in n.inputs)
+        ):
+            folded.add(nid)
+    return folded
+
+
+def kernels(g: Graph) -> list[Kernel]:
+    """The fused kernels TVM would build for ``g`` (opaque nodes are not priced: no rewrite
+    changes them)."""
+    free = weight_only(g)
+    users = g.users()
+    order = g.topo_order()
+    group_of: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    kind_of: dict[int, str] = {}
+
+    def producer(ref: Ref) -> int | None:
+        nid = ref[0]
+        while nid not in free:
+            n = g.nodes[nid]
+            if n.op in LEAVES or n.op == "opaque":
+                return None
+            if ops.OPS[n.op].kind != ops.VIEW:
+                return nid
+            nid = n.inputs[0][0]
+        return None
+
+    for nid in order:
+        n = g.nodes[nid]
+        if nid in free or n.op in LEAVES or n.op == "opaque" or ops.OPS[n.op].kind == ops.VIEW:
+            continue
+        kind = ops.OPS[n.op].kind
+        target = None
+        if kind in (ops.ELEMWISE, ops.INJECTIVE) and n.inputs:
+            for ref in n.inputs:
+                p = producer(ref)
+                if p is None or p not in group_of or len(set(users[p])) != 1:
+                    continue
+                gkind = kind_of[group_of[p]]
+                if kind == ops.ELEMWISE or gkind in (ops.ELEMWISE, ops.INJECTIVE):
+                    target = group_of[p]
+                    break
+        if target is None:
+            target = nid
+            members[nid] = []
+            kind_of[nid] = kind
+        group_of[nid] = target
+        members[target].append(nid)
+
+    result = []
+    outside = set(g.outputs)
+    for head in sorted(members):
+        ids = members[head]
+        local = {nid: k for k, nid in enumerate(ids)}
+        body = []
+        for nid in ids:
+            n = g.nodes[nid]
+            operands = tuple(
+                ("op", local[s], i) if s in local else ("in", g.type_of((s, i)) if i >= 0 else None)
+                for s, i in n.inputs
+            )
+            body.append((n.op, n.attrs, operands))
+        outs = []
+        for nid in ids:
+            n = g.nodes[nid]
+            escapes = any(u not in local for u in users[nid]) or any(r[0] == nid for r in outside)
+            if escapes:
+                outs.extend(t for t in n.types if t is not None)
+        result.append(Kernel(tuple(body), tuple(outs)))
+    return result
+
+
+class CostModel(abc.ABC):
+    """Prices kernels; a graph costs the sum of its kernels. Costs are in microseconds."""
+
+    name = "abstract"
+
+    def __init__(self):
+        self._memo: dict[Kernel, float] = {}
+
+    @abc.abstractmethod
+    def kernel_cost(self, kernel: Kernel) -> float:
+        """Estimated (or measured) time of one kernel, in microseconds."""
+
+    def cost(self, g: Graph) -> float:
+        total = 0.0
+        for k in kernels(g):
+            c = self._memo.get(k)
+            if c is None:
+                c = self._memo[k] = self.kernel_cost(k)
+            total += c
+        return total
+
+    def describe(self) -> dict:
+        return {"name": self.name}
+
+
+@dataclass(frozen=True)
+class Roofline:
+    peak_flops: float  # FLOP/s
+    bandwidth: float  # bytes/s
+    launch: float  # seconds per kernel
+    parallel_slots: int  # output elements needed to fill the machine
+
+
+def roofline_for(target) -> tuple[str, Roofline]:
+    """A roofline for a TVM target given as a name, a dict or a Target; None means this CPU."""
+    import os
+
+    kind, cores = "llvm", 0
+    if isinstance(target, str):
+        kind = target.split()[0]
+    elif isinstance(target, dict):
+        kind, cores = target.get("kind", "llvm"), int(target.get("num-cores", 0))
+    elif target is not None:
+        kind, cores = target.kind.name, int(target.attrs.get("num-cores", 0) or 0)
+    cores = cores or os.cpu_count() or 1
+    if kind in ("cuda", "rocm", "vulkan", "metal", "opencl"):
+        # An H100/H200-class GPU running dlight's schedules: fp32 SIMT peak, HBM bandwidth.
+        return kind, Roofline(peak_flops=50e12, bandwidth=4.0e12, launch=4e-6, parallel_slots=132 * 1024)
+    # A x86 core with AVX2 FMA (2 x 8-wide) near 2.5 GHz; DRAM bandwidth of a small server.
+    return kind, Roofline(peak_flops=cores * 40e9, bandwidth=20e9, launch=1e-6, parallel_slots=cores * 16)
+
+
+class AnalyticCost(CostModel):
+    """Roofline cost: launch + max(FLOPs / (peak x utilisation), bytes / bandwidth) per kernel.
+    Utilisation grows with the kernel's output size until it fills the machine, so one large
+    kernel beats several small ones, as on real hardware."""
+
+    name = "analytic"
+
+    def __init__(self, target=None):
+        super().__init__()
+        self.target_kind, self.roof = roofline_for(target)
+
+    def kernel_cost(self, kernel: Kernel) -> float:
+        r = self.roof
+        flops, read = 0.0, 0
+        out_elems = 0
+        produced: list[list] = []
+        for op, attrs, operands in kernel.ops:
+            spec = ops.OPS[op]
+            types = [o[1] if o[0] == "in" else produced[o[1]][o[2]] for o in operands]
+            read += sum(o[1].nbytes for o in operands if o[0] == "in" and o[1] is not None)
+            outs = spec.infer(types, dict(attrs))
+            produced.append(outs)
+            out_elems = max(out_elems, max(t.size for t in outs))
+            if spec.flops is not None:
+                flops += spec.flops(types, outs, dict(attrs))
+        written = sum(t.nbytes for t in kernel.outputs)
+        utilisation = min(1.0, out_elems / r.parallel_slots)
+        compute = flops / (r.peak_flops * max(utilisation, 1e-3))
+        memory = (read + written) / r.bandwidth
+        return 1e6 * (r.launch + max(compute, memory))
+
+    def describe(self) -> dict:
+        return {"name": self.name, "target_kind": self.target_kind, "roofline": self.roof.__dict__}
+

@@ -1,0 +1,152 @@
+"""Small built-in Relax models (weights as constants, as the ONNX importer makes them), used by
+the command line's ``example`` command, the tests and the tutorials."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+
+class _Builder:
+    """A Relax function under construction with seeded random weights."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.bb = relax.BlockBuilder()
+
+    def weight(self, *shape, scale: float | None = None) -> relax.Expr:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        s = scale if scale is not None else 1.0 / np.sqrt(max(fan_in, 1))
+        return relax.const((self.rng.standard_normal(shape) * s).astype("float32"))
+
+    def emit(self, expr):
+        return self.bb.emit(expr)
+
+    def conv(self, x, cin, cout, k, stride=1, pad=None, groups=1, bias=False):
+        kh, kw = (k, k) if isinstance(k, int) else k
+        pad = (kh // 2, kw // 2) if pad is None else pad
+        y = self.emit(
+            relax.op.nn.conv2d(
+                x, self.weight(cout, cin // groups, kh, kw), strides=stride, padding=pad, groups=groups
+            )
+        )
+        if bias:
+            y = self.emit(relax.op.add(y, self.weight(1, cout, 1, 1, scale=0.1)))
+        return y
+
+    def batch_norm(self, x, c):
+        gamma = relax.const((1 + 0.1 * self.rng.standard_normal(c)).astype("float32"))
+        beta = relax.const((0.1 * self.rng.standard_normal(c)).astype("float32"))
+        mean = relax.const((0.1 * self.rng.standard_normal(c)).astype("float32"))
+        var = relax.const((0.5 + self.rng.random(c)).astype("float32"))
+        bn = self.emit(relax.op.nn.batch_norm(x, gamma, beta, mean, var, axis=1, momentum=0.9, training=False))
+        return self.emit(relax.TupleGetItem(bn, 0))
+
+    def conv_bn_relu(self, x, cin, cout, k, stride=1):
+        return self.emit(relax.op.nn.relu(self.batch_norm(self.conv(x, cin, cout, k, stride), cout)))
+
+    def linear(self, x, n_in, n_out, bias=True):
+        y = self.emit(relax.op.matmul(x, self.weight(n_in, n_out)))
+        if bias:
+            y = self.emit(relax.op.add(y, self.weight(n_out, scale=0.1)))
+        return y
+
+
+def _module(name_inputs: dict, body, seed: int = 0) -> tvm.IRModule:
+    b = _Builder(seed)
+    params = [relax.Var(n, relax.TensorType(shape, "float32")) for n, shape in name_inputs.items()]
+    with b.bb.function("main", params):
+        with b.bb.dataflow():
+            out = body(b, *params)
+            out = b.bb.emit_output(out)
+        b.bb.emit_func_output(out)
+    return b.bb.get()
+
+
+def parallel_matmuls(seq: int = 16, hidden: int = 64, seed: int = 0) -> tvm.IRModule:
+    """Attention's Q/K/V projections (with bias) of one input, combined as softmax(QK^T)V."""
+
+    def body(b, x):
+        q, k, v = (b.linear(x, hidden, hidden) for _ in range(3))
+        s = b.emit(relax.op.matmul(q, b.emit(relax.op.permute_dims(k, [0, 2, 1]))))
+        p = b.emit(relax.op.nn.softmax(s, axis=-1))
+        return b.emit(relax.op.matmul(p, v))
+
+    return _module({"x": (1, seq, hidden)}, body, seed)
+
+
+def inception_block(size: int = 14, channels: int = 32, seed: int = 0) -> tvm.IRModule:
+    """An Inception-style block: parallel 1x1, 3x3 and 5x5 convs (+ bias, relu) of one input,
+    and a pooled branch, concatenated on channels."""
+
+    def body(b, x):
+        c = channels
+        branches = []
+        for k in (1, 3, 5):
+            branches.append(b.emit(relax.op.nn.relu(b.conv(x, c, c, k, bias=True))))
+        pool = b.emit(relax.op.nn.avg_pool2d(x, (3, 3), strides=(1, 1), padding=(1, 1), count_include_pad=True))
+        branches.append(b.emit(relax.op.nn.relu(b.conv(pool, c, c, 1, bias=True))))
+        return b.emit(relax.op.concat(branches, axis=1))
+
+    return _module({"x": (1, channels, size, size)}, body, seed)
+
+
+def conv_bn_relu(size: int = 16, channels: int = 16, seed: int = 0) -> tvm.IRModule:
+    """Two conv -> batch_norm -> relu layers."""
+
+    def body(b, x):
+        y = b.conv_bn_relu(x, channels, channels, 3)
+        return b.conv_bn_relu(y, channels, 2 * channels, 3)
+
+    return _module({"x": (1, channels, size, size)}, body, seed)
+
+
+def resnet_bottleneck(size: int = 14, channels: int = 64, seed: int = 0) -> tvm.IRModule:
+    """A ResNet-50 bottleneck with a projection shortcut: 1x1 -> 3x3 -> 1x1 (each conv-BN, relu)
+    plus a 1x1 conv-BN shortcut of the same input, added, relu."""
+
+    def body(b, x):
+        mid, out = channels // 4, channels * 2
+        y = b.conv_bn_relu(x, channels, mid, 1)
+        y = b.conv_bn_relu(y, mid, mid, 3)
+        y = b.batch_norm(b.conv(y, mid, out, 1), out)
+        s = b.batch_norm(b.conv(x, channels, out, 1), out)
+        return b.emit(relax.op.nn.relu(b.emit(relax.op.add(y, s))))
+
+    return _module({"x": (1, channels, size, size)}, body, seed)
+
+
+EXAMPLES = {
+    "qkv": parallel_matmuls,
+    "inception": inception_block,
+    "conv-bn-relu": conv_bn_relu,
+    "bottleneck": resnet_bottleneck,
+}
+
+
+def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
+    """Random arrays for the parameters of ``mod["main"]``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in mod["main"].params:
+        shape = [int(d) for d in p.ty.shape]
+        out.append(rng.standard_normal(shape).astype(str(p.ty.dtype)))
+    return out
+
+
+def run(mod: tvm.IRModule, inputs: list[np.ndarray], target="llvm", relax_pipeline="default") -> list[np.ndarray]:
+    """Compile ``mod`` for ``target`` and run ``main`` on the CPU; the outputs as numpy arrays."""
+    ex = tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return _flatten(result)
+
+
+def _flatten(value) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    out = []
+    for v in value:
+        out.extend(_flatten(v))
+    return out

@@ -1,0 +1,233 @@
+"""The tensor graph the search works on: a copy-on-write DAG of ops with static types.
+
+A Relax dataflow block becomes one :class:`Graph` (see :mod:`tvm_taso.relax_bridge`). Nodes
+are known ops (:mod:`tvm_taso.ops`), leaves (``input``, ``const``) or ``opaque`` bindings the
+optimizer must keep as they are. A value is a :data:`Ref` ``(node id, output index)``; index
+``-1`` names a multi-output node's whole tuple. Identical nodes are shared (hash-consing), so a
+rule that recreates an existing expression reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import ops
+from .ops import OpError, TensorType
+
+Ref = tuple[int, int]
+LEAVES = ("input", "const")
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    op: str
+    inputs: tuple[Ref, ...]
+    attrs: tuple  # sorted (name, value) pairs
+    types: tuple  # one TensorType (or None for a non-tensor value) per output
+    payload: object = field(default=None, compare=False)  # origin var / leaf value / opaque expr
+
+    @property
+    def attr(self) -> dict:
+        return dict(self.attrs)
+
+    def key(self):
+        return (self.op, self.inputs, self.attrs)
+
+
+class CycleError(ValueError):
+    pass
+
+
+class Graph:
+    """A dataflow graph. ``outputs`` are the refs that must survive (used outside)."""
+
+    def __init__(self):
+        self.nodes: dict[int, Node] = {}
+        self.outputs: list[Ref] = []
+        self._next = 0
+        self._index: dict = {}
+        self._users = None
+        self._hash = None
+
+    # -- building ---------------------------------------------------------------------------
+    def copy(self) -> Graph:
+        g = Graph.__new__(Graph)
+        g.nodes = dict(self.nodes)
+        g.outputs = list(self.outputs)
+        g._next = self._next
+        g._index = dict(self._index)
+        g._users = None
+        g._hash = None
+        return g
+
+    def _insert(self, node: Node) -> int:
+        nid = self._next
+        self._next += 1
+        self.nodes[nid] = node
+        if node.op not in LEAVES and node.op != "opaque":
+            self._index.setdefault(node.key(), nid)
+        self._users = None
+        self._hash = None
+        return nid
+
+    def add_leaf(self, op: str, ty: TensorType | None, payload, key) -> int:
+        return self._insert(Node(op, (), (("key", key),), (ty,), payload))
+
+    def add_opaque(self, inputs: tuple[Ref, ...], types: tuple, payload) -> int:
+        return self._insert(Node("opaque", tuple(inputs), (), tuple(types), payload))
+
+    def add(self, op: str, inputs, attrs: dict, origin=None) -> int:
+        """Add a known op (or find the identical one); raises OpError if types do not check."""
+        spec = ops.OPS[op]
+        full = dict(spec.defaults)
+        full.update(attrs)
+        inputs = tuple(inputs)
+        key = (op, inputs, tuple(sorted(full.items())))
+        found = self._index.get(key)
+        if found is not None and found in self.nodes:
+            return found
+        types = ops.infer(op, [self.type_of(r) for r in inputs], full)
+        return self._insert(Node(op, inputs, key[2], tuple(types), origin))
+
+    # -- queries ----------------------------------------------------------------------------
+    def type_of(self, ref: Ref) -> TensorType:
+        ty = self.nodes[ref[0]].types[ref[1]] if ref[1] >= 0 else None
+        if ty is None:
+            raise OpError(f"value {ref} is not a tensor")
+        return ty
+
+    def users(self) -> dict[int, list[int]]:
+        if self._users is None:
+            users: dict[int, list[int]] = {nid: [] for nid in self.nodes}
+            for nid, node in self.nodes.items():
+                for src, _ in node.inputs:
+                    users[src].append(nid)
+            self._users = users
+        return self._users
+
+    def num_ops(self) -> int:
+        return sum(1 for n in self.nodes.values() if n.op not in LEAVES)
+
+    def topo_order(self) -> list[int]:
+        """Node ids, producers first (ties broken by id); CycleError if there is a cycle."""
+        import heapq
+
+        pending = {nid: len({src for src, _ in n.inputs}) for nid, n in self.nodes.items()}
+        users = self.users()
+        ready = [nid for nid, k in pending.items() if k == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            nid = heapq.heappop(ready)
+            order.append(nid)
+            for u in dict.fromkeys(users[nid]):
+                pending[u] -= 1
+                if pending[u] == 0:
+                    heapq.heappush(ready, u)
+        if len(order) != len(self.nodes):
+            raise CycleError("the graph has a cycle")
+        return order
+
+    def structural_hash(self) -> str:
+        """Hash of what the outputs compute, independent of node ids."""
+        if self._hash is None:
+            memo: dict[int, bytes] = {}
+            for nid in self.topo_order():
+                n = self.nodes[nid]
+                h = hashlib.blake2b(digest_size=16)
+                h.update(repr((n.op, n.attrs, [(memo[s], i) for s, i in n.inputs])).encode())
+                if n.op == "opaque":
+                    h.update(str(id(n.payload)).encode())
+                memo[nid] = h.digest()
+            h = hashlib.blake2b(digest_size=16)
+            for s, i in self.outputs:
+                h.update(memo[s] + str(i).encode())
+            self._hash = h.hexdigest()
+        return self._hash
+
+    # -- rewriting --------------------------------------------------------------------------
+    def replace_uses(self, mapping: dict[Ref, Ref]) -> None:
+        """Make every consumer of ``old`` read ``new`` instead (in place)."""
+        if not mapping:
+            return
+        for nid, node in list(self.nodes.items()):
+            if any(r in mapping for r in node.inputs):
+                new_inputs = tuple(mapping.get(r, r) for r in node.inputs)
+                self.nodes[nid] = Node(node.op, new_inputs, node.attrs, node.types, node.payload)
+                if node.op not in LEAVES and node.op != "opaque":
+                    if self._index.get(node.key()) == nid:
+                        del self._index[node.key()]
+                    self._index.setdefault(self.nodes[nid].key(), nid)
+        self.outputs = [mapping.get(r, r) for r in self.outputs]
+        self._users = None
+        self._hash = None
+
+    def prune(self) -> None:
+        """Drop nodes nothing needed depends on."""
+        live = set()
+        stack = [r[0] for r in self.outputs]
+        while stack:
+            nid = stack.pop()
+            if nid in live:
+                continue
+            live.add(nid)
+            stack.extend(src for src, _ in self.nodes[nid].inputs)
+        if len(live) != len(self.nodes):
+            for nid in [n for n in self.nodes if n not in live]:
+                node = self.nodes.pop(nid)
+                if self._index.get(node.key()) == nid:
+                    del self._index[node.key()]
+            self._users = None
+            self._hash = None
+
+    # -- evaluation -------------------------------------------------------------------------
+    def evaluate(self, feeds: dict[int, np.ndarray]) -> dict[Ref, np.ndarray]:
+        """Reference (numpy) values of every ref; ``feeds`` maps input node ids to arrays."""
+        values: dict[Ref, np.ndarray] = {}
+        for nid in self.topo_order():
+            n = self.nodes[nid]
+            if n.op == "input":
+                values[(nid, 0)] = np.asarray(feeds[nid])
+            elif n.op == "const":
+                values[(nid, 0)] = n.payload[0]
+            elif n.op == "opaque":
+                raise OpError("cannot evaluate an opaque node")
+            else:
+                outs = ops.evaluate(n.op, [values[r] for r in n.inputs], n.attr)
+                for i, (arr, ty) in enumerate(zip(outs, n.types)):
+                    values[(nid, i)] = np.asarray(arr).astype(ty.dtype, copy=False)
+        return values
+
+
+def fold_constants(graph: Graph) -> int:
+    """Replace every known op whose operands are all constants by its value (TASO's weight
+    preprocessing). Returns the number of ops folded."""
+    folded = 0
+    mapping: dict[Ref, Ref] = {}
+    values: dict[Ref, np.ndarray] = {}
+    for nid in graph.topo_order():
+        n = graph.nodes[nid]
+        if n.op == "const":
+            values[(nid, 0)] = n.payload[0]
+            continue
+        if n.op in LEAVES or n.op == "opaque" or not n.inputs:
+            continue
+        inputs = [mapping.get(r, r) for r in n.inputs]
+        if not all(r in values for r in inputs):
+            continue
+        try:
+            outs = ops.evaluate(n.op, [values[r].astype(np.float64) for r in inputs], n.attr)
+        except OpError:
+            continue
+        folded += 1
+        for i, (arr, ty) in enumerate(zip(outs, n.types)):
+            arr = np.ascontiguousarray(np.asarray(arr).astype(ty.dtype))
+            cid = graph.add_leaf("const", ty, (arr, None), key=("folded", nid, i))
+            mapping[(nid, i)] = (cid, 0)
+            values[(cid, 0)] = arr
+    graph.replace_uses(mapping)
+    graph.prune()
+    return folded

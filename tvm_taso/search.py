@@ -1,0 +1,200 @@
+"""Cost-based backtracking search (TASO's Algorithm 2), run region by region.
+
+``search(graph, rules, cost)`` splits the graph into regions of about ``region_size`` ops
+(consecutive in topological order, then a second pass on windows shifted by half a region so
+that rewrites across a boundary are found), and in each region runs a best-first search: pop
+the cheapest graph, apply every rule at every site, keep a new graph if its cost is below
+``alpha`` times the best so far. Graphs are deduplicated by structural hash; a candidate with a
+cycle or more than twice the original ops is dropped. Both the number of expanded graphs per
+region (``budget``) and the wall clock (``time_limit``) bound the work.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from . import match
+from .cost import CostModel, weight_only
+from .graph import LEAVES, Graph, Ref
+from .rule import Rule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SearchStats:
+    expanded: int = 0
+    candidates: int = 0
+    regions: int = 0
+    regions_cut_short: int = 0
+    applied: Counter = field(default_factory=Counter)
+    curve: list = field(default_factory=list)  # (seconds, cost of the whole graph)
+
+
+def search_region(
+    g: Graph,
+    rules: list[Rule],
+    cost: CostModel,
+    alpha: float,
+    budget: int,
+    deadline: float,
+    stats: SearchStats,
+) -> tuple[Graph, float, tuple[str, ...]]:
+    """Best-first search on one graph; returns (best graph, its cost, rules applied)."""
+    start_cost = cost.cost(g)
+    best, best_cost, best_path = g, start_cost, ()
+    max_ops = 2 * runtime_ops(g)
+    seen = {g.structural_hash()}
+    queue = [(start_cost, 0, g, ())]
+    tie = 1
+    expanded = 0
+    while queue and expanded < budget:
+        if time.perf_counter() > deadline:
+            stats.regions_cut_short += 1
+            break
+        c, _, cur, path = heapq.heappop(queue)
+        expanded += 1
+        by_op = match.index_by_op(cur)
+        for rule in rules:
+            if any(op not in by_op for op in rule.root_ops):
+                continue
+            for site in match.find_matches(cur, rule, by_op):
+                new = match.apply(cur, site)
+                if new is None or runtime_ops(new) > max_ops:
+                    continue
+                h = new.structural_hash()
+                if h in seen:
+                    continue
+                seen.add(h)
+                stats.candidates += 1
+                new_cost = cost.cost(new)
+                new_path = path + (rule.name,)
+                if new_cost < best_cost:
+                    best, best_cost, best_path = new, new_cost, new_path
+                if new_cost < alpha * best_cost:
+                    heapq.heappush(queue, (new_cost, tie, new, new_path))
+                    tie += 1
+    stats.expanded += expanded
+    return best, best_cost, best_path
+
+
+def runtime_ops(g: Graph) -> int:
+    """Ops left after weight folding (what "twice the ops" is measured in)."""
+    return sum(1 for nid in set(g.nodes) - weight_only(g) if g.nodes[nid].op not in LEAVES)
+
+
+def regions(g: Graph, size: int, offset: int = 0) -> list[list[int]]:
+    """Known-op node ids in windows of ``size`` consecutive nodes of the topological order;
+    the first window is ``offset`` long when ``offset`` is given."""
+    ids = [nid for nid in g.topo_order() if g.nodes[nid].op not in LEAVES and g.nodes[nid].op != "opaque"]
+    out, start = [], 0
+    if offset:
+        out.append(ids[:offset])
+        start = offset
+    out.extend(ids[i : i + size] for i in range(start, len(ids), size))
+    return [r for r in out if r]
+
+
+def extract(g: Graph, ids: list[int]) -> tuple[Graph, dict[int, Ref], list[Ref]]:
+    """The subgraph of ``ids`` (in topological order) with leaves for what it reads; also the outer ref of each leaf
+    and the outer refs its outputs stand for."""
+    members = set(ids)
+    sub = Graph()
+    local: dict[Ref, Ref] = {}
+    leaf_of: dict[int, Ref] = {}
+    for nid in ids:
+        node = g.nodes[nid]
+        inputs = []
+        for ref in node.inputs:
+            if ref[0] not in members and ref not in local:
+                outer = g.nodes[ref[0]]
+                if outer.op == "const":
+                    lid = sub.add_leaf("const", outer.types[0], outer.payload, key=ref)
+                else:
+                    lid = sub.add_leaf("input", g.type_of(ref), None, key=ref)
+                local[ref] = (lid, 0)
+                leaf_of[lid] = ref
+            inputs.append(local[ref])
+        new = sub.add(node.op, inputs, node.attr, origin=node.payload)
+        for i in range(len(node.types)):
+            local[(nid, i)] = (new, i)
+        local[(nid, -1)] = (new, -1)
+    users = g.users()
+    outs: list[Ref] = []
+    wanted = set(g.outputs)
+    for nid in ids:
+        for u in users[nid]:
+            if u not in members:
+                outs.extend(r for r in g.nodes[u].inputs if r[0] == nid)
+        outs.extend(r for r in wanted if r[0] == nid)
+    outs = list(dict.fromkeys(outs))
+    sub.outputs = [local[r] for r in outs]
+    return sub, leaf_of, outs
+
+
+def splice(g: Graph, sub: Graph, leaf_of: dict[int, Ref], outs: list[Ref]) -> Graph:
+    """``g`` with the region whose outputs are ``outs`` replaced by ``sub``."""
+    new = g.copy()
+    outer: dict[Ref, Ref] = {}
+    for nid in sub.topo_order():
+        node = sub.nodes[nid]
+        if node.op in LEAVES and nid in leaf_of:
+            outer[(nid, 0)] = leaf_of[nid]
+            continue
+        if node.op == "const":
+            cid = new.add_leaf("const", node.types[0], node.payload, key=("spliced", new._next))
+            outer[(nid, 0)] = (cid, 0)
+            continue
+        nn = new.add(node.op, [outer[r] for r in node.inputs], node.attr, origin=node.payload)
+        for i in range(len(node.types)):
+            outer[(nid, i)] = (nn, i)
+        outer[(nid, -1)] = (nn, -1)
+    mapping = {o: outer[s] for o, s in zip(outs, sub.outputs) if o != outer[s]}
+    new.replace_uses(mapping)
+    new.prune()
+    return new
+
+
+def search(
+    g: Graph,
+    rules: list[Rule],
+    cost: CostModel,
+    alpha: float = 1.05,
+    budget: int = 200,
+    time_limit: float = 60.0,
+    region_size: int = 32,
+    stats: SearchStats | None = None,
+    progress=None,
+) -> Graph:
+    """Optimize ``g`` region by region; see the module docstring."""
+    stats = stats if stats is not None else SearchStats()
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit
+    for offset in (0, region_size // 2):
+        windows = regions(g, region_size, offset)
+        if offset and len(windows) < 2:
+            break
+        for k, ids in enumerate(windows):
+            now = time.perf_counter()
+            if now > deadline:
+                stats.regions_cut_short += len(windows) - k
+                break
+            passes_left = 1 if offset else 2
+            region_deadline = now + (deadline - now) / (len(windows) - k) / passes_left
+            live = [nid for nid in ids if nid in g.nodes]
+            if not live:
+                continue
+            sub, leaf_of, outs = extract(g, live)
+            stats.regions += 1
+            best, best_cost, path = search_region(sub, rules, cost, alpha, budget, region_deadline, stats)
+            if path:
+                g = splice(g, best, leaf_of, outs)
+                stats.applied.update(path)
+                stats.curve.append((time.perf_counter() - t0, cost.cost(g)))
+            if progress is not None:
+                progress()
+    return g
