@@ -6,6 +6,8 @@
 """
 
 from .cost import AnalyticCost, CostModel, Kernel, kernels
+from .onnx_export import ExportError, export_onnx
+from .onnx_import import InputError, load_onnx
 from .optimize import TasoSkippedWarning, optimize
 from .rule import Rule, RuleSyntaxError, default_rules, load_rules, parse_rules
 from . import passes
@@ -16,12 +18,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AnalyticCost",
+    "ExportError",
+    "InputError",
     "CostModel",
     "Kernel",
     "Rule",
     "RuleSyntaxError",
     "TasoSkippedWarning",
     "default_rules",
+    "export_onnx",
+    "load_onnx",
     "kernels",
     "load_rules",
     "optimize",

@@ -31,6 +31,10 @@ class Kernel:
 
 def weight_only(g: Graph) -> set[int]:
     """Nodes computed from constants alone: folded before codegen, so they cost nothing."""
+    return g.derived("weight_only", _weight_only)
+
+
+def _weight_only(g: Graph) -> set[int]:
     folded: set[int] = set()
     for nid in g.topo_order():
         n = g.nodes[nid]
@@ -120,6 +124,9 @@ class CostModel(abc.ABC):
         """Estimated (or measured) time of one kernel, in microseconds."""
 
     def cost(self, g: Graph) -> float:
+        return g.derived(f"cost:{id(self)}", self._graph_cost)
+
+    def _graph_cost(self, g: Graph) -> float:
         total = 0.0
         for k in kernels(g):
             c = self._memo.get(k)
@@ -162,7 +169,11 @@ def roofline_for(target) -> tuple[str, Roofline]:
 class AnalyticCost(CostModel):
     """Roofline cost: launch + max(FLOPs / (peak x utilisation), bytes / bandwidth) per kernel.
     Utilisation grows with the kernel's output size until it fills the machine, so one large
-    kernel beats several small ones, as on real hardware."""
+    kernel beats several small ones, as on real hardware. Each op fused into a kernel adds a
+    little (``FUSED_OP`` µs of index arithmetic), so of two kernels that move the same bytes the
+    one with fewer ops wins (e.g. no split feeding a concat)."""
+
+    FUSED_OP = 0.02
 
     name = "analytic"
 
@@ -188,7 +199,7 @@ class AnalyticCost(CostModel):
         utilisation = min(1.0, out_elems / r.parallel_slots)
         compute = flops / (r.peak_flops * max(utilisation, 1e-3))
         memory = (read + written) / r.bandwidth
-        return 1e6 * (r.launch + max(compute, memory))
+        return 1e6 * (r.launch + max(compute, memory)) + self.FUSED_OP * (len(kernel.ops) - 1)
 
     def describe(self) -> dict:
         return {"name": self.name, "target_kind": self.target_kind, "roofline": self.roof.__dict__}

@@ -49,8 +49,7 @@ class Graph:
         self.outputs: list[Ref] = []
         self._next = 0
         self._index: dict = {}
-        self._users = None
-        self._hash = None
+        self._derived: dict = {}  # facts computed from the current nodes (users, order, hash...)
 
     # -- building ---------------------------------------------------------------------------
     def copy(self) -> Graph:
@@ -59,9 +58,14 @@ class Graph:
         g.outputs = list(self.outputs)
         g._next = self._next
         g._index = dict(self._index)
-        g._users = None
-        g._hash = None
+        g._derived = {}
         return g
+
+    def derived(self, name: str, compute):
+        """``compute(self)``, cached until the graph changes."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
 
     def _insert(self, node: Node) -> int:
         nid = self._next
@@ -69,8 +73,7 @@ class Graph:
         self.nodes[nid] = node
         if node.op not in LEAVES and node.op != "opaque":
             self._index.setdefault(node.key(), nid)
-        self._users = None
-        self._hash = None
+        self._derived = {}
         return nid
 
     def add_leaf(self, op: str, ty: TensorType | None, payload, key) -> int:
@@ -85,11 +88,13 @@ class Graph:
         full = dict(spec.defaults)
         full.update(attrs)
         inputs = tuple(inputs)
+        in_types = [self.type_of(r) for r in inputs]
+        full = ops.canonical_attrs(op, in_types, full)
         key = (op, inputs, tuple(sorted(full.items())))
         found = self._index.get(key)
         if found is not None and found in self.nodes:
             return found
-        types = ops.infer(op, [self.type_of(r) for r in inputs], full)
+        types = ops.infer(op, in_types, full)
         return self._insert(Node(op, inputs, key[2], tuple(types), origin))
 
     # -- queries ----------------------------------------------------------------------------
@@ -100,53 +105,24 @@ class Graph:
         return ty
 
     def users(self) -> dict[int, list[int]]:
-        if self._users is None:
-            users: dict[int, list[int]] = {nid: [] for nid in self.nodes}
-            for nid, node in self.nodes.items():
-                for src, _ in node.inputs:
-                    users[src].append(nid)
-            self._users = users
-        return self._users
+        return self.derived("users", _users)
 
     def num_ops(self) -> int:
         return sum(1 for n in self.nodes.values() if n.op not in LEAVES)
 
     def topo_order(self) -> list[int]:
         """Node ids, producers first (ties broken by id); CycleError if there is a cycle."""
-        import heapq
-
-        pending = {nid: len({src for src, _ in n.inputs}) for nid, n in self.nodes.items()}
-        users = self.users()
-        ready = [nid for nid, k in pending.items() if k == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            nid = heapq.heappop(ready)
-            order.append(nid)
-            for u in dict.fromkeys(users[nid]):
-                pending[u] -= 1
-                if pending[u] == 0:
-                    heapq.heappush(ready, u)
-        if len(order) != len(self.nodes):
-            raise CycleError("the graph has a cycle")
-        return order
+        return self.derived("topo", _topo_order)
 
     def structural_hash(self) -> str:
         """Hash of what the outputs compute, independent of node ids."""
-        if self._hash is None:
-            memo: dict[int, bytes] = {}
-            for nid in self.topo_order():
-                n = self.nodes[nid]
-                h = hashlib.blake2b(digest_size=16)
-                h.update(repr((n.op, n.attrs, [(memo[s], i) for s, i in n.inputs])).encode())
-                if n.op == "opaque":
-                    h.update(str(id(n.payload)).encode())
-                memo[nid] = h.digest()
-            h = hashlib.blake2b(digest_size=16)
-            for s, i in self.outputs:
-                h.update(memo[s] + str(i).encode())
-            self._hash = h.hexdigest()
-        return self._hash
+        return self.derived("hash", lambda g: _hash(g, canonical_leaves=False))
+
+    def shape_hash(self) -> str:
+        """Like :meth:`structural_hash`, but leaves are told apart only by kind, type and order:
+        two regions with this hash in common differ only in which tensors they read (e.g. the
+        weights of two identical layers)."""
+        return self.derived("shape_hash", lambda g: _hash(g, canonical_leaves=True))
 
     # -- rewriting --------------------------------------------------------------------------
     def replace_uses(self, mapping: dict[Ref, Ref]) -> None:
@@ -162,8 +138,7 @@ class Graph:
                         del self._index[node.key()]
                     self._index.setdefault(self.nodes[nid].key(), nid)
         self.outputs = [mapping.get(r, r) for r in self.outputs]
-        self._users = None
-        self._hash = None
+        self._derived = {}
 
     def prune(self) -> None:
         """Drop nodes nothing needed depends on."""
@@ -180,8 +155,16 @@ class Graph:
                 node = self.nodes.pop(nid)
                 if self._index.get(node.key()) == nid:
                     del self._index[node.key()]
-            self._users = None
-            self._hash = None
+            self._derived = {}
+
+    def describe(self) -> dict:
+        """The graph as plain data (for reports and pictures)."""
+        nodes = []
+        for nid in self.topo_order():
+            n = self.nodes[nid]
+            types = [str(t) if t is not None else "?" for t in n.types]
+            nodes.append({"id": nid, "op": n.op, "inputs": [list(r) for r in n.inputs], "types": types})
+        return {"nodes": nodes, "outputs": [list(r) for r in self.outputs]}
 
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(self, feeds: dict[int, np.ndarray]) -> dict[Ref, np.ndarray]:
@@ -200,6 +183,52 @@ class Graph:
                 for i, (arr, ty) in enumerate(zip(outs, n.types)):
                     values[(nid, i)] = np.asarray(arr).astype(ty.dtype, copy=False)
         return values
+
+
+def _users(g: Graph) -> dict[int, list[int]]:
+    users: dict[int, list[int]] = {nid: [] for nid in g.nodes}
+    for nid, node in g.nodes.items():
+        for src, _ in node.inputs:
+            users[src].append(nid)
+    return users
+
+
+def _topo_order(g: Graph) -> list[int]:
+    import heapq
+
+    pending = {nid: len({src for src, _ in n.inputs}) for nid, n in g.nodes.items()}
+    users = g.users()
+    ready = [nid for nid, k in pending.items() if k == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        nid = heapq.heappop(ready)
+        order.append(nid)
+        for u in dict.fromkeys(users[nid]):
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(g.nodes):
+        raise CycleError("the graph has a cycle")
+    return order
+
+
+def _hash(g: Graph, canonical_leaves: bool) -> str:
+    memo: dict[int, bytes] = {}
+    leaf_rank = {nid: k for k, nid in enumerate(sorted(n for n, node in g.nodes.items() if node.op in LEAVES))}
+    for nid in g.topo_order():
+        n = g.nodes[nid]
+        if canonical_leaves and n.op in LEAVES:
+            text = repr((n.op, n.types, leaf_rank[nid]))
+        else:
+            text = repr((n.op, n.attrs, [(memo[s], i) for s, i in n.inputs]))
+            if n.op == "opaque":
+                text += str(id(n.payload))
+        memo[nid] = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    h = hashlib.blake2b(digest_size=16)
+    for s, i in g.outputs:
+        h.update(memo[s] + str(i).encode())
+    return h.hexdigest()
 
 
 def fold_constants(graph: Graph) -> int:

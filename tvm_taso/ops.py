@@ -326,7 +326,7 @@ def _py(value):
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tirx.IntImm):
-        return bool(value.value) if str(value.dtype) == "bool" else int(value.value)
+        return bool(value.value) if str(value.ty.dtype) == "bool" else int(value.value)
     if isinstance(value, tirx.FloatImm):
         return float(value.value)
     if isinstance(value, (list, tuple)) or type(value).__name__ == "Array":
@@ -641,9 +641,28 @@ def read_call(call) -> tuple[OpSpec, list, dict]:
         "NCHW",
     ):
         raise OpError("conv2d layouts other than NCHW/OIHW")
+    if spec.name in ("layer_norm", "batch_norm") and not (attrs["center"] and attrs["scale"]):
+        # TVM 0.27 applies gamma and beta even when told not to; leave such calls alone.
+        raise OpError(f"{spec.name} with center or scale off")
     if spec.name in ("max_pool2d", "avg_pool2d") and (attrs["layout"], attrs["out_layout"]) != ("NCHW", "NCHW"):
         raise OpError("pool layouts other than NCHW")
     return spec, args, attrs
+
+
+def canonical_attrs(op: str, types: list[TensorType], attrs: dict) -> dict:
+    """``attrs`` with axes made non-negative (``axis=-1`` of a rank-3 tensor is ``axis=2``), so
+    that rules and hashing see one spelling."""
+    if not types or op not in OPS:
+        return attrs
+    rank = len(types[0].shape)
+    out = dict(attrs)
+    for name in ("axis", "axes"):
+        value = out.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[name] = _norm_axis(value, rank)
+        elif isinstance(value, tuple) and all(isinstance(a, int) for a in value):
+            out[name] = tuple(_norm_axis(a, rank) for a in value)
+    return out
 
 
 def infer(op: str, types: list[TensorType], attrs: dict) -> list[TensorType]:

@@ -108,10 +108,12 @@ def optimize(
         "candidates": stats.candidates,
         "regions": stats.regions,
         "regions_cut_short": stats.regions_cut_short,
+        "regions_reused": stats.reused,
         "applied": dict(sorted(stats.applied.items())),
         "constants_folded": folded,
         "skipped": [{"what": what, "count": n} for what, n in sorted(skipped.items())],
-        "curve": [[round(t, 6), c] for t, c in stats.curve],
+        "curve": _curve(t0, cost_before, stats.curve),
+        "rewrites": stats.rewrites,
         "settings": {"alpha": alpha, "budget": budget, "time_limit": time_limit, "region_size": region_size},
     }
     if skipped:
@@ -185,6 +187,15 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
     seq = relax.BlockBuilder().normalize(relax.SeqExpr(blocks, body.body))
     new_func = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs, func.span)
     return new_func, before, after, folded
+
+
+def _curve(t0: float, start: float, changes: list) -> list:
+    """Best total cost against seconds since the search started."""
+    points, total = [[0.0, start]], start
+    for t, delta in changes:
+        total += delta
+        points.append([round(t - t0, 6), total])
+    return points
 
 
 def _with_function(mod: tvm.IRModule, gvar, func) -> tvm.IRModule:

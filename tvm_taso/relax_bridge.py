@@ -60,6 +60,8 @@ class BlockGraph:
 
     def _read(self, var, value, skipped: Counter) -> Ref:
         g = self.graph
+        if isinstance(value, relax.Var):  # an alias: the same value under another name
+            return self._operand(value)
         if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
             src = self.env.get(value.tuple_value)
             if src is not None and src[1] == -1 and g.nodes[src[0]].op != "opaque":

@@ -31,8 +31,10 @@ class SearchStats:
     candidates: int = 0
     regions: int = 0
     regions_cut_short: int = 0
+    reused: int = 0  # regions that took the result of an identical region
     applied: Counter = field(default_factory=Counter)
-    curve: list = field(default_factory=list)  # (seconds, cost of the whole graph)
+    curve: list = field(default_factory=list)  # (perf_counter time, change of the graph's cost)
+    rewrites: list = field(default_factory=list)  # one entry per region that changed
 
 
 def search_region(
@@ -43,16 +45,19 @@ def search_region(
     budget: int,
     deadline: float,
     stats: SearchStats,
+    patience: int = 64,
 ) -> tuple[Graph, float, tuple[str, ...]]:
-    """Best-first search on one graph; returns (best graph, its cost, rules applied)."""
+    """Best-first search on one graph; returns (best graph, its cost, rules applied). Stops after
+    ``budget`` expansions, at ``deadline``, or after ``patience`` expansions without a better
+    graph (the queue then holds only graphs of equal cost going round in circles)."""
     start_cost = cost.cost(g)
     best, best_cost, best_path = g, start_cost, ()
     max_ops = 2 * runtime_ops(g)
     seen = {g.structural_hash()}
     queue = [(start_cost, 0, g, ())]
     tie = 1
-    expanded = 0
-    while queue and expanded < budget:
+    expanded = last_better = 0
+    while queue and expanded < budget and expanded - last_better < patience:
         if time.perf_counter() > deadline:
             stats.regions_cut_short += 1
             break
@@ -75,11 +80,22 @@ def search_region(
                 new_path = path + (rule.name,)
                 if new_cost < best_cost:
                     best, best_cost, best_path = new, new_cost, new_path
+                    last_better = expanded
                 if new_cost < alpha * best_cost:
                     heapq.heappush(queue, (new_cost, tie, new, new_path))
                     tie += 1
     stats.expanded += expanded
     return best, best_cost, best_path
+
+
+def _transplant(best: Graph, sub: Graph, leaves: list[int]) -> Graph:
+    """``best`` (found for a region shaped like ``sub``) reading ``sub``'s leaves instead."""
+    new = best.copy()
+    for nid in leaves:
+        if nid in new.nodes:
+            new.nodes[nid] = sub.nodes[nid]
+    new._derived = {}
+    return new
 
 
 def runtime_ops(g: Graph) -> int:
@@ -169,11 +185,15 @@ def search(
     region_size: int = 32,
     stats: SearchStats | None = None,
     progress=None,
+    patience: int = 64,
 ) -> Graph:
-    """Optimize ``g`` region by region; see the module docstring."""
+    """Optimize ``g`` region by region; see the module docstring. A region shaped like one
+    already searched (a repeated layer: same ops, attributes and types, other weights) reuses
+    that search's result instead of searching again."""
     stats = stats if stats is not None else SearchStats()
-    t0 = time.perf_counter()
-    deadline = t0 + time_limit
+    solved: dict[str, tuple[Graph, float, tuple[str, ...], list[int]]] = {}
+    deadline = time.perf_counter() + time_limit
+    current = cost.cost(g)
     for offset in (0, region_size // 2):
         windows = regions(g, region_size, offset)
         if offset and len(windows) < 2:
@@ -190,11 +210,33 @@ def search(
                 continue
             sub, leaf_of, outs = extract(g, live)
             stats.regions += 1
-            best, best_cost, path = search_region(sub, rules, cost, alpha, budget, region_deadline, stats)
+            start_cost = cost.cost(sub)
+            key = sub.shape_hash()
+            leaves = sorted(nid for nid, n in sub.nodes.items() if n.op in LEAVES)
+            if key in solved and solved[key][3] == leaves:
+                best, best_cost, path = _transplant(solved[key][0], sub, leaves), solved[key][1], solved[key][2]
+                stats.reused += 1
+            else:
+                best, best_cost, path = search_region(
+                    sub, rules, cost, alpha, budget, region_deadline, stats, patience
+                )
+                solved[key] = (best, best_cost, path, leaves)
             if path:
+                stats.rewrites.append(
+                    {
+                        "region": stats.regions,
+                        "rules": list(path),
+                        "cost_before": start_cost,
+                        "cost_after": best_cost,
+                        "before": sub.describe(),
+                        "after": best.describe(),
+                    }
+                )
                 g = splice(g, best, leaf_of, outs)
                 stats.applied.update(path)
-                stats.curve.append((time.perf_counter() - t0, cost.cost(g)))
+                new_cost = cost.cost(g)
+                stats.curve.append((time.perf_counter(), new_cost - current))
+                current = new_cost
             if progress is not None:
                 progress()
     return g

@@ -1,0 +1,155 @@
+"""The tvm-taso command line: the ONNX workflow, reports, and one clear line (with a non-zero
+exit status) for every kind of bad input."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_taso.cli import main
+
+
+def inception_onnx(batch=1, size=8, channels=8, dynamic=False):
+    """Parallel 1x1/3x3/5x5 convs with bias and relu, concatenated (an Inception block)."""
+    rng = np.random.default_rng(0)
+    inits, nodes, outs = [], [], []
+    for k in (1, 3, 5):
+        w = numpy_helper.from_array((rng.standard_normal((channels, channels, k, k)) * 0.2).astype("float32"), f"w{k}")
+        b = numpy_helper.from_array((rng.standard_normal(channels) * 0.1).astype("float32"), f"b{k}")
+        inits += [w, b]
+        nodes.append(helper.make_node("Conv", ["x", f"w{k}", f"b{k}"], [f"c{k}"], pads=[k // 2] * 4))
+        nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"]))
+        outs.append(f"r{k}")
+    nodes.append(helper.make_node("Concat", outs, ["y"], axis=1))
+    shape = ["N" if dynamic else batch, channels, size, size]
+    graph = helper.make_graph(
+        nodes,
+        "inception",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[0], 3 * channels, size, size])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "inception.onnx"
+    onnx.save(inception_onnx(), path)
+    return path
+
+
+def run_cli(*args):
+    """Run ``tvm-taso`` as a user would (a new process) and return (status, stdout, stderr)."""
+    p = subprocess.run([sys.executable, "-m", "tvm_taso.cli", *map(str, args)], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_optimize_check_reports(model_file, tmp_path):
+    out, rep, page = tmp_path / "out.onnx", tmp_path / "r.json", tmp_path / "r.html"
+    status, stdout, stderr = run_cli(
+        "optimize", model_file, "-o", out, "--target", "cuda", "--check", "--report", rep, "--html", page
+    )
+    assert status == 0, stderr
+    assert "merge-conv-bias-relu-enlarge" in stdout and "(ok)" in stdout
+    onnx.checker.check_model(onnx.load(out), full_check=True)
+    report = json.loads(rep.read_text())
+    assert report["cost_after"] < report["cost_before"]
+    assert report["check"]["ok"] and report["check"]["max_relative_error"] <= 1e-4
+    text = page.read_text()
+    assert "<svg" in text and "merge-conv-bias-relu-enlarge" in text and "Search curve" in text
+    assert len(list(tmp_path.glob(".tvm-taso-*"))) == 0  # no temporary files left
+
+
+def test_optimized_onnx_matches_original_in_onnxruntime(model_file, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(model_file), "-o", str(out), "--target", "cuda"]) == 0
+    x = np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")
+    a = ort.InferenceSession(str(model_file)).run(None, {"x": x})[0]
+    b = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
+    assert np.abs(a - b).max() / np.abs(a).max() <= 1e-4
+    convs = [n for n in onnx.load(out).graph.node if n.op_type == "Conv"]
+    assert len(convs) == 1  # the three branches became one conv
+
+
+@pytest.mark.parametrize(
+    "setup, args, message",
+    [
+        ("none", [], "no such file"),
+        ("corrupt", [], "not a readable ONNX model"),
+        ("truncated", [], "not a readable ONNX model"),
+        ("unknown-op", [], "ONNX op FancyOp (domain com.example) at node 'weird' cannot be imported"),
+        ("dynamic", [], "has dynamic dimensions (Nx8x8x8); give a static shape, e.g. --shape x=1x8x8x8"),
+        ("good", ["--shape", "x=2x8x8x8"], "input 'x' has shape 1x8x8x8; --shape gave 2x8x8x8"),
+        ("good", ["--shape", "y=1x8x8x8"], "no input named y"),
+        ("good", ["--shape", "x=oops"], "expected NAME=D1xD2x"),
+        ("good", ["--cost", "measure"], "--cost measure: not available"),
+    ],
+)
+def test_optimize_bad_input(tmp_path, setup, args, message):
+    path = tmp_path / "in.onnx"
+    good = inception_onnx().SerializeToString()
+    if setup == "corrupt":
+        path.write_bytes(b"this is not a protobuf at all \x00\xff" * 10)
+    elif setup == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    elif setup == "unknown-op":
+        m = inception_onnx()
+        m.graph.node.append(helper.make_node("FancyOp", ["y"], ["z"], name="weird", domain="com.example"))
+        m.graph.output[0].name = "z"
+        m.opset_import.append(helper.make_opsetid("com.example", 1))
+        path.write_bytes(m.SerializeToString())
+    elif setup == "dynamic":
+        path.write_bytes(inception_onnx(dynamic=True).SerializeToString())
+    elif setup == "good":
+        path.write_bytes(good)
+    out = tmp_path / "out.onnx"
+    status, stdout, stderr = run_cli("optimize", path, "-o", out, *args)
+    assert status == 2
+    assert message in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("tvm-taso: error:")]
+    assert "Traceback" not in stderr and len(errors) == 1
+    assert not out.exists()
+
+
+def test_dynamic_input_with_shape_works(tmp_path):
+    path, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(inception_onnx(dynamic=True), path)
+    assert main(["optimize", str(path), "-o", str(out), "--shape", "x=1x8x8x8", "--target", "cuda"]) == 0
+    assert out.exists()
+
+
+def test_verbose_shows_traceback(tmp_path):
+    status, _, stderr = run_cli("-v", "optimize", tmp_path / "missing.onnx", "-o", tmp_path / "o.onnx")
+    assert status != 0 and "Traceback" in stderr
+
+
+def test_bench_side_by_side_and_wrong_input_shape(model_file, tmp_path):
+    status, stdout, stderr = run_cli("bench", model_file, "--repeat", "2", "--json", tmp_path / "b.json")
+    assert status == 0, stderr
+    assert "TVM + TasoOptimize" in stdout and "speedup" in stdout
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert result["speedup"] == pytest.approx(result["default"]["median_ms"] / result["taso"]["median_ms"])
+    wrong = tmp_path / "x.npy"
+    np.save(wrong, np.zeros((1, 8, 4, 4), "float32"))
+    status, _, stderr = run_cli("bench", model_file, "--input-file", f"x={wrong}")
+    assert status == 2 and "input 'x' must have shape 1x8x8x8, got 1x8x4x4" in stderr
+
+
+def test_compile_writes_library(model_file, tmp_path):
+    out = tmp_path / "model.so"
+    status, _, stderr = run_cli("compile", model_file, "-o", out)
+    assert status == 0, stderr
+    assert out.stat().st_size > 0
+
+
+def test_help_is_complete():
+    status, stdout, _ = run_cli("optimize", "--help")
+    assert status == 0
+    for flag in ("--target", "--cost", "--alpha", "--budget", "--time-limit", "--check", "--report", "--html", "--shape"):
+        assert flag in stdout
