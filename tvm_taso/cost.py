@@ -28,6 +28,48 @@ class Kernel:
     def anchor(self) -> str:
         return self.ops[0][0]
 
+    def to_json(self) -> dict:
+        """Plain data (for the measurement database); :meth:`from_json` inverts it."""
+
+        def operand(o):
+            if o[0] == "in":
+                return ["in", list(o[1].shape), o[1].dtype] if o[1] is not None else ["in", None, None]
+            return ["op", o[1], o[2]]
+
+        return {
+            "ops": [[op, [[k, _jsonable(v)] for k, v in attrs], [operand(o) for o in operands]]
+                    for op, attrs, operands in self.ops],
+            "outputs": [[list(t.shape), t.dtype] for t in self.outputs],
+        }
+
+    @staticmethod
+    def from_json(data: dict) -> "Kernel":
+        def operand(o):
+            if o[0] == "in":
+                return ("in", ops.TensorType(tuple(o[1]), o[2]) if o[1] is not None else None)
+            return ("op", o[1], o[2])
+
+        body = tuple(
+            (op, tuple((k, _hashable(v)) for k, v in attrs), tuple(operand(o) for o in operands))
+            for op, attrs, operands in data["ops"]
+        )
+        return Kernel(body, tuple(ops.TensorType(tuple(s), d) for s, d in data["outputs"]))
+
+    def key(self) -> str:
+        """A stable digest of the kernel (same kernel, same key, in any process)."""
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _jsonable(v):
+    return list(_jsonable(x) for x in v) if isinstance(v, tuple) else v
+
+
+def _hashable(v):
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+
 
 def weight_only(g: Graph) -> set[int]:
     """Nodes computed from constants alone: folded before codegen, so they cost nothing."""
