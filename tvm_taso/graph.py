@@ -158,12 +158,17 @@ class Graph:
             self._derived = {}
 
     def describe(self) -> dict:
-        """The graph as plain data (for reports and pictures)."""
-        nodes = []
+        """The graph as plain data (for reports and pictures); ``weight`` marks nodes computed
+        from constants alone (folded away after the search)."""
+        nodes, weights = [], set()
         for nid in self.topo_order():
             n = self.nodes[nid]
+            if n.op == "const" or (n.op not in LEAVES and n.op != "opaque" and n.inputs
+                                   and all(s in weights for s, _ in n.inputs)):
+                weights.add(nid)
             types = [str(t) if t is not None else "?" for t in n.types]
-            nodes.append({"id": nid, "op": n.op, "inputs": [list(r) for r in n.inputs], "types": types})
+            nodes.append({"id": nid, "op": n.op, "inputs": [list(r) for r in n.inputs], "types": types,
+                          "weight": nid in weights})
         return {"nodes": nodes, "outputs": [list(r) for r in self.outputs]}
 
     # -- evaluation -------------------------------------------------------------------------

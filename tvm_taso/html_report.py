@@ -10,7 +10,7 @@ _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}
 th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}
-.pair{display:flex;gap:2em;align-items:flex-start;overflow-x:auto}.pair div{flex:0 0 auto}
+.pair{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start}.pair div{flex:0 0 auto;overflow-x:auto;max-width:100%}
 h3{margin-top:2em}svg text{font-size:11px;font-family:monospace}
 """
 
@@ -62,6 +62,7 @@ def render(report: dict) -> str:
         parts.append(
             f"<h3>Region {rw['region']}: {e(', '.join(rw['rules']))}</h3>"
             f"<p>estimated cost {rw['cost_before']:.2f} µs → {rw['cost_after']:.2f} µs</p>"
+            "<p><small>weights and expressions of weights (folded to constants) not drawn; new ops shaded green</small></p>"
             f"<div class='pair'><div><b>before</b><br>{graph_svg(rw['before'])}</div>"
             f"<div><b>after</b><br>{graph_svg(rw['after'], highlight_new=rw['before'])}</div></div>"
         )
@@ -109,9 +110,10 @@ def curve_svg(points: list, width: int = 640, height: int = 240) -> str:
 
 
 def graph_svg(graph: dict, highlight_new: dict | None = None) -> str:
-    """A layered drawing of a region graph (``Graph.describe()``), producers above consumers.
-    With ``highlight_new``, ops absent from that graph are shaded."""
-    nodes = graph["nodes"]
+    """A layered drawing of a region graph (``Graph.describe()``), producers above consumers;
+    weights (constants and what is computed from them alone) are left out. With
+    ``highlight_new`` (the graph before a rewrite), the ops the rewrite created are shaded."""
+    nodes = [n for n in graph["nodes"] if not n.get("weight")]
     if not nodes:
         return "<p>(empty)</p>"
     depth: dict[int, int] = {}
@@ -120,9 +122,7 @@ def graph_svg(graph: dict, highlight_new: dict | None = None) -> str:
     layers: dict[int, list] = {}
     for n in nodes:
         layers.setdefault(depth[n["id"]], []).append(n["id"])
-    old_ops = None
-    if highlight_new is not None:
-        old_ops = {(m["op"], tuple(m["types"])) for m in highlight_new["nodes"]}
+    old_ids = None if highlight_new is None else {m["id"] for m in highlight_new["nodes"]}
     box_w, box_h, gap_x, gap_y = 150, 34, 16, 30
     width = max(len(v) for v in layers.values()) * (box_w + gap_x) + gap_x
     height = len(layers) * (box_h + gap_y) + gap_y
@@ -144,7 +144,7 @@ def graph_svg(graph: dict, highlight_new: dict | None = None) -> str:
     for n in nodes:
         x, y = pos[n["id"]]
         color = _COLORS.get(n["op"], _KERNEL_COLOR)
-        if old_ops is not None and n["op"] not in _COLORS and (n["op"], tuple(n["types"])) not in old_ops:
+        if old_ids is not None and n["op"] not in _COLORS and n["id"] not in old_ids:
             color = _CHANGED
         label = html.escape(n["op"])
         ty = html.escape(n["types"][0] if len(n["types"]) == 1 else f"{len(n['types'])} outputs")

@@ -33,7 +33,7 @@ class SearchStats:
     regions_cut_short: int = 0
     reused: int = 0  # regions that took the result of an identical region
     applied: Counter = field(default_factory=Counter)
-    curve: list = field(default_factory=list)  # (perf_counter time, change of the graph's cost)
+    curve: list = field(default_factory=list)  # (perf_counter time, change of the best cost)
     rewrites: list = field(default_factory=list)  # one entry per region that changed
 
 
@@ -79,6 +79,7 @@ def search_region(
                 new_cost = cost.cost(new)
                 new_path = path + (rule.name,)
                 if new_cost < best_cost:
+                    stats.curve.append((time.perf_counter(), new_cost - best_cost))
                     best, best_cost, best_path = new, new_cost, new_path
                     last_better = expanded
                 if new_cost < alpha * best_cost:
@@ -104,15 +105,58 @@ def runtime_ops(g: Graph) -> int:
 
 
 def regions(g: Graph, size: int, offset: int = 0) -> list[list[int]]:
-    """Known-op node ids in windows of ``size`` consecutive nodes of the topological order;
-    the first window is ``offset`` long when ``offset`` is given."""
+    """Known-op node ids split into regions of at most ``size`` ops, consecutive in topological
+    order. Regions end at narrow points where a single activation crosses (between layers),
+    so that repeated layers give identically shaped regions; a stretch with no such point is
+    cut every ``size`` ops. With ``offset``, the first region holds about ``offset`` ops, so a
+    second pass sees across the first pass's boundaries."""
     ids = [nid for nid in g.topo_order() if g.nodes[nid].op not in LEAVES and g.nodes[nid].op != "opaque"]
-    out, start = [], 0
-    if offset:
-        out.append(ids[:offset])
-        start = offset
-    out.extend(ids[i : i + size] for i in range(start, len(ids), size))
-    return [r for r in out if r]
+    segments = [seg[i : i + size] for seg in _segments(g, ids) for i in range(0, len(seg), size)]
+    out: list[list[int]] = []
+    current: list[int] = []
+    limit = offset or size
+    for seg in segments:
+        if current and len(current) + len(seg) > limit:
+            out.append(current)
+            current, limit = [], size
+        current = current + seg
+    if current:
+        out.append(current)
+    return out
+
+
+def _segments(g: Graph, ids: list[int]) -> list[list[int]]:
+    """``ids`` cut after every position where exactly one non-constant value is live."""
+    position = {nid: k for k, nid in enumerate(ids)}
+    folded = weight_only(g)
+    last_use: dict[Ref, int] = {}
+    for nid in ids:
+        for ref in g.nodes[nid].inputs:
+            if ref[0] in position and ref[0] not in folded:
+                last_use[ref] = max(last_use.get(ref, -1), position[nid])
+    end = len(ids)
+    for ref in g.outputs:
+        if ref[0] in position:
+            last_use[ref] = end
+    for nid, n in g.nodes.items():  # values read by opaque nodes stay live to the end
+        if n.op == "opaque":
+            for ref in n.inputs:
+                if ref[0] in position:
+                    last_use[ref] = end
+    opened = [0] * (end + 1)
+    for ref, last in last_use.items():
+        opened[position[ref[0]]] += 1
+        opened[last] -= 1
+    segments, current, live = [], [], 0
+    for k, nid in enumerate(ids):
+        live += opened[k]
+        current.append(nid)
+        if live == 1:
+            segments.append(current)
+            current = []
+    if current:
+        segments.append(current)
+    return segments
 
 
 def extract(g: Graph, ids: list[int]) -> tuple[Graph, dict[int, Ref], list[Ref]]:
@@ -216,6 +260,7 @@ def search(
             if key in solved and solved[key][3] == leaves:
                 best, best_cost, path = _transplant(solved[key][0], sub, leaves), solved[key][1], solved[key][2]
                 stats.reused += 1
+                stats.curve.append((time.perf_counter(), best_cost - start_cost))
             else:
                 best, best_cost, path = search_region(
                     sub, rules, cost, alpha, budget, region_deadline, stats, patience
@@ -235,7 +280,9 @@ def search(
                 g = splice(g, best, leaf_of, outs)
                 stats.applied.update(path)
                 new_cost = cost.cost(g)
-                stats.curve.append((time.perf_counter(), new_cost - current))
+                # the region's own gain is on the curve already; add what fusion across its
+                # boundary changed, so the curve ends at the graph's cost
+                stats.curve.append((time.perf_counter(), (new_cost - current) - (best_cost - start_cost)))
                 current = new_cost
             if progress is not None:
                 progress()
