@@ -2,8 +2,10 @@
 exit status) for every kind of bad input."""
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import onnx
@@ -43,9 +45,15 @@ def model_file(tmp_path):
     return path
 
 
+CACHE = tempfile.mkdtemp(prefix="tvm-taso-cache-")  # no trained models or measurements of the user's
+
+
 def run_cli(*args):
     """Run ``tvm-taso`` as a user would (a new process) and return (status, stdout, stderr)."""
-    p = subprocess.run([sys.executable, "-m", "tvm_taso.cli", *map(str, args)], capture_output=True, text=True)
+    env = dict(os.environ, TVM_TASO_CACHE=CACHE)
+    p = subprocess.run(
+        [sys.executable, "-m", "tvm_taso.cli", *map(str, args)], capture_output=True, text=True, env=env
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -88,7 +96,7 @@ def test_optimized_onnx_matches_original_in_onnxruntime(model_file, tmp_path):
         ("good", ["--shape", "x=2x8x8x8"], "input 'x' has shape 1x8x8x8; --shape gave 2x8x8x8"),
         ("good", ["--shape", "y=1x8x8x8"], "no input named y"),
         ("good", ["--shape", "x=oops"], "expected NAME=D1xD2x"),
-        ("good", ["--cost", "measure"], "--cost measure: not available"),
+        ("good", ["--cost", "learned"], "--cost learned: no model trained"),
     ],
 )
 def test_optimize_bad_input(tmp_path, setup, args, message):

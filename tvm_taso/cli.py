@@ -69,10 +69,15 @@ def _shapes(args) -> dict:
     return dict(parse_shape(s) for s in args.shape or [])
 
 
-def _cost_model(name: str):
-    if name in ("auto", "analytic"):
+def _cost_model(name: str, target=None):
+    if name in ("auto", "analytic", "measure"):
         return name
-    raise InputError(f"--cost {name}: not available in this version (use auto or analytic)")
+    from tvm_taso.learned import LearnedCost
+
+    model = LearnedCost.load_for(target)
+    if model is None:
+        raise InputError(f"--cost learned: no model trained for {target}; run `tvm-taso cost train` first")
+    return model
 
 
 def _write_atomically(path: str, write) -> None:
@@ -105,7 +110,7 @@ def cmd_optimize(args) -> int:
         mod,
         target=args.target,
         rules=rules,
-        cost_model=_cost_model(args.cost),
+        cost_model=_cost_model(args.cost, args.target),
         alpha=args.alpha,
         budget=args.budget,
         time_limit=args.time_limit,
@@ -203,6 +208,15 @@ def _input_file(text: str):
         raise InputError(f"--input {text!r}: cannot read {path}: {err}") from None
 
 
+def rule_family(name: str) -> str:
+    """``gen-merge-conv-12-rev`` -> ``merge-conv``; ``merge-matmul-shared-lhs`` -> ``merge``."""
+    import re
+
+    if name.startswith("gen-"):
+        return re.sub(r"(-\d+)?(-rev)?$", "", name[4:])
+    return name.split("-")[0]
+
+
 def cmd_rules_list(args) -> int:
     import tvm_taso
 
@@ -210,6 +224,9 @@ def cmd_rules_list(args) -> int:
     for r in rules:
         print(f"{r.name:40s} {r.provenance:9s} {r.proof:10s} {' + '.join(r.root_ops):30s} {r.where}")
     by = Counter((r.provenance, r.proof) for r in rules)
+    families = Counter((r.provenance, rule_family(r.name)) for r in rules)
+    print()
+    print("by family: " + ", ".join(f"{fam} ({prov}) {n}" for (prov, fam), n in sorted(families.items())))
     print(f"{len(rules)} rules: " + ", ".join(f"{n} {p}/{s}" for (p, s), n in sorted(by.items())))
     return 0
 
@@ -248,7 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(opt)
     opt.add_argument("-o", "--output", required=True, help="where to write the optimized ONNX model")
     opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned"],
-                     help="cost model (default auto: analytic until measured costs exist)")
+                     help="cost model: analytic (roofline), measure (build and time kernels on the target), "
+                     "learned (XGBoost trained with `tvm-taso cost train`), auto (default: measure on a local "
+                     "GPU, else learned if trained, else analytic)")
     opt.add_argument("--rules", help="a rule file to use instead of the shipped library")
     opt.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
     opt.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
@@ -279,6 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     ls = rsub.add_parser("list", help="list rules with provenance and proof status")
     ls.add_argument("file", nargs="?", help="a rule file (default: the shipped library)")
     ls.set_defaults(func=cmd_rules_list)
+
+    from tvm_taso.generate import add_generate_command
+    from tvm_taso.learned import add_cost_train_command
+    from tvm_taso.measure import add_cost_show_command
+    from tvm_taso.verify import add_verify_command
+
+    add_generate_command(rsub)
+    add_verify_command(rsub)
+    add_cost_show_command(sub)
+    add_cost_train_command(sub)
     return p
 
 

@@ -19,6 +19,7 @@ from .ops import OpError, TensorType
 
 Ref = tuple[int, int]
 LEAVES = ("input", "const")
+COMMUTATIVE = ("add", "multiply")
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +89,8 @@ class Graph:
         full = dict(spec.defaults)
         full.update(attrs)
         inputs = tuple(inputs)
+        if op in COMMUTATIVE and self.nodes[inputs[0][0]].op == "const" and self.nodes[inputs[1][0]].op != "const":
+            inputs = (inputs[1], inputs[0])  # one spelling for `bias + x` and `x + bias`
         in_types = [self.type_of(r) for r in inputs]
         full = ops.canonical_attrs(op, in_types, full)
         key = (op, inputs, tuple(sorted(full.items())))

@@ -105,7 +105,7 @@ class _Exporter:
         return name
 
     def const(self, array, dtype=None) -> str:
-        array = np.ascontiguousarray(np.asarray(array, dtype=dtype))
+        array = np.array(array, dtype=dtype, order="C")  # keeps 0-d arrays 0-d
         key = (str(array.dtype), array.shape, hashlib.sha1(array.tobytes()).digest())
         if key not in self._consts:
             self._consts[key] = name = self.fresh("const")

@@ -25,11 +25,75 @@ class TasoSkippedWarning(UserWarning):
 
 
 def make_cost_model(cost_model, target) -> CostModel:
+    """The cost model named by ``cost_model`` for ``target``:
+
+    * ``"analytic"``: the roofline :class:`~tvm_taso.cost.AnalyticCost`;
+    * ``"measure"``: :class:`~tvm_taso.measure.MeasuredCost` (build and time each kernel on the
+      target, remembered in the measurement database);
+    * ``"auto"`` / None: measure when the target is CUDA and this machine has a GPU, else the
+      learned model trained for the target if there is one, else analytic. The report's
+      ``cost_model.name`` says which was chosen.
+    """
     if isinstance(cost_model, CostModel):
+        reset = getattr(cost_model, "reset_budget", None)
+        if callable(reset):
+            reset()  # a measurement budget bounds each search, not the model's lifetime
         return cost_model
-    if cost_model in (None, "auto", "analytic"):
+    if cost_model == "analytic":
         return AnalyticCost(target)
-    raise ValueError(f"unknown cost model {cost_model!r}; use 'analytic', 'auto' or a CostModel instance")
+    if cost_model == "measure":
+        from .measure import MeasuredCost
+
+        return MeasuredCost(target)
+    if cost_model in (None, "auto"):
+        if _target_kind(target) == "cuda" and _has_cuda_device():
+            from .measure import MeasuredCost
+
+            return MeasuredCost(target)
+        try:
+            from .learned import LearnedCost
+        except ImportError:
+            LearnedCost = None
+        if LearnedCost is not None:
+            try:
+                learned = LearnedCost.load_for(target)
+            except Exception:  # noqa: BLE001 - a broken model file must not stop the search
+                log.warning("could not load the learned cost model; using the analytic one", exc_info=True)
+                learned = None
+            if learned is not None:
+                return learned
+        return AnalyticCost(target)
+    raise ValueError(
+        f"unknown cost model {cost_model!r}; use 'analytic', 'measure', 'auto' or a CostModel instance"
+    )
+
+
+def _target_kind(target) -> str:
+    if target is None:
+        return "llvm"
+    if isinstance(target, str):
+        if target.lstrip().startswith("{"):
+            import json
+
+            try:
+                return json.loads(target).get("kind", "")
+            except ValueError:
+                return ""
+        try:
+            return tvm.target.Target(target).kind.name  # tags such as "nvidia/nvidia-h100"
+        except Exception:  # noqa: BLE001
+            return target.split()[0] if target.split() else ""
+    if isinstance(target, dict):
+        return str(target.get("kind", ""))
+    kind = getattr(target, "kind", None)
+    return getattr(kind, "name", "") if kind is not None else ""
+
+
+def _has_cuda_device() -> bool:
+    try:
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # noqa: BLE001 - no driver at all
+        return False
 
 
 def optimize(
@@ -76,22 +140,26 @@ def optimize(
         if not isinstance(func, relax.Function):
             continue
         fname = gvar.name_hint
+        fstats = SearchStats()
         try:
             new_func, before, after, nfold = _optimize_function(
-                func, fname, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar
+                func, fname, rules, cost, alpha, budget, deadline, region_size, fstats, skipped, bar
             )
         except Exception as err:  # noqa: BLE001 - never fail the user's pipeline
             log.debug("optimizing %s failed", fname, exc_info=True)
             skipped[f"@{fname}: left as is after an internal error ({type(err).__name__}: {err})"] += 1
+            stats.absorb(fstats, kept=False)
             continue
-        if new_func is not func:
+        kept = new_func is not func
+        if kept:
             candidate = _with_function(new_mod, gvar, new_func)
             if not relax.analysis.check_well_formed(candidate):
                 skipped[f"@{fname}: rewritten function was not well formed; kept the original"] += 1
-                after = before
+                after, kept = before, False
             else:
                 new_mod = candidate
                 folded += nfold
+        stats.absorb(fstats, kept)
         cost_before += before
         cost_after += after
     if bar is not None:
@@ -110,7 +178,7 @@ def optimize(
         "regions_cut_short": stats.regions_cut_short,
         "regions_reused": stats.reused,
         "applied": dict(sorted(stats.applied.items())),
-        "constants_folded": folded,
+        "constants_folded": folded + stats.folded,
         "skipped": [{"what": what, "count": n} for what, n in sorted(skipped.items())],
         "curve": _curve(t0, cost_before, stats.curve),
         "rewrites": stats.rewrites,
@@ -160,6 +228,7 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
         g0 = bg.graph
         c0 = cost.cost(g0)
         remaining = max(0.0, deadline - time.perf_counter())
+        bstats = SearchStats()
         g = search(
             g0,
             rules,
@@ -168,16 +237,19 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
             budget,
             remaining,
             region_size,
-            stats,
+            bstats,
             progress=bar.update if bar is not None else None,
         )
-        folded += fold_constants(g)
+        nfold = fold_constants(g)
         c1 = cost.cost(g)
         if c1 >= c0 or g.structural_hash() == g0.structural_hash():
+            stats.absorb(bstats, kept=False)
             blocks.append(block)
             before += c0
             after += c0
             continue
+        stats.absorb(bstats, kept=True)
+        folded += nfold
         blocks.append(bg.to_block(g))
         before += c0
         after += c1

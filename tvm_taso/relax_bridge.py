@@ -133,6 +133,8 @@ class BlockGraph:
             args = [operand(r) for r in node.inputs]
             if node.op == "opaque":
                 value = _substitute(node.payload, dict(zip(_free_operands(node.payload), args)))
+                if value is not node.payload:
+                    value = bb.normalize(value)  # a rebuilt call has no type until normalized
             else:
                 value = bb.normalize(ops.OPS[node.op].build(args, node.attr))
             multi = len(node.types) > 1

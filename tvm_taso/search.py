@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from . import match
 from .cost import CostModel, weight_only
-from .graph import LEAVES, Graph, Ref
+from .graph import LEAVES, Graph, Ref, fold_constants
 from .rule import Rule
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,20 @@ class SearchStats:
     regions: int = 0
     regions_cut_short: int = 0
     reused: int = 0  # regions that took the result of an identical region
+    folded: int = 0  # weight expressions folded to constants between regions
+
+    def absorb(self, other: "SearchStats", kept: bool) -> None:
+        """Add ``other``'s work; its results (rules, curve, rewrites) only if they were ``kept``."""
+        self.expanded += other.expanded
+        self.candidates += other.candidates
+        self.regions += other.regions
+        self.regions_cut_short += other.regions_cut_short
+        self.reused += other.reused
+        if kept:
+            self.folded += other.folded
+            self.applied.update(other.applied)
+            self.curve.extend(other.curve)
+            self.rewrites.extend(other.rewrites)
     applied: Counter = field(default_factory=Counter)
     curve: list = field(default_factory=list)  # (perf_counter time, change of the best cost)
     rewrites: list = field(default_factory=list)  # one entry per region that changed
@@ -278,6 +292,9 @@ def search(
                     }
                 )
                 g = splice(g, best, leaf_of, outs)
+                # weights the rewrite combined become constants now, so later regions see
+                # them as weights (free, foldable) rather than as runtime inputs
+                stats.folded += fold_constants(g)
                 stats.applied.update(path)
                 new_cost = cost.cost(g)
                 # the region's own gain is on the curve already; add what fusion across its

@@ -1,0 +1,279 @@
+"""GPU check: fill the measurement database with CUDA kernel times and compare end-to-end
+latency without TasoOptimize, with the analytic cost model and with measured costs.
+
+Meant for one short run on a GPU machine (see ``benchmarks/gpu_check.sh``, which unpacks a
+packed TVM first), bounded by ``--deadline`` seconds in all:
+
+    python -m benchmarks.gpu_check [--target cuda] [--deadline 360] [--out DIR]
+        [--models NAME ...] [--measure-limit S] [--quick] [--compile-only]
+
+For each model (small to large; the ones that no longer fit in the deadline are skipped) it
+compiles and times the original module, then ``tvm_taso.optimize`` with
+``cost_model="analytic"`` and with a :class:`~tvm_taso.measure.MeasuredCost` (each new kernel
+built with the target's default pipeline and timed on the device, recorded in
+``$TVM_TASO_CACHE/measurements.jsonl``), compiles and times both results, checks their
+outputs against the original's, and prints a markdown table. ``--out`` receives
+``gpu_check.json`` (rewritten after each model). ``--compile-only`` builds everything (no
+device needed: CUDA compiles on a CPU machine with a stub libcuda) and times nothing.
+``--quick`` uses tiny sizes (what a CPU dry run uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+log = logging.getLogger("benchmarks.gpu_check")
+
+
+def model_builders(quick: bool):
+    from tvm_taso import examples
+
+    from . import models
+
+    if quick:
+        return {
+            "parallel_matmuls": lambda: examples.parallel_matmuls(seq=8, hidden=16),
+            "inception_block": lambda: examples.inception_block(size=8, channels=8),
+            "resnet_bottleneck": lambda: examples.resnet_bottleneck(size=8, channels=16),
+            "bert": lambda: models.bert_base(layers=1, seq=8, hidden=32, heads=2, ffn=64),
+            "resnet50": lambda: models.resnet50(image=32, width=8, classes=10),
+        }
+    return {
+        "parallel_matmuls": lambda: examples.parallel_matmuls(seq=128, hidden=768),
+        "inception_block": lambda: examples.inception_block(size=28, channels=64),
+        "resnet_bottleneck": lambda: examples.resnet_bottleneck(size=14, channels=64),
+        "bert": lambda: models.bert_base(layers=12),
+        "resnet50": lambda: models.resnet50(),
+    }
+
+
+def compile_and_time(mod, target, inputs, compile_only: bool, repeat: int) -> dict:
+    """Compile with the target's default pipeline; time the whole ``main`` on the device."""
+    import tvm
+    from tvm import relax
+
+    from tvm_taso import examples
+
+    t0 = time.perf_counter()
+    with target:
+        ex = tvm.compile(mod, target=target)
+    out = {"compile_s": round(time.perf_counter() - t0, 2)}
+    if compile_only:
+        return out
+    kind = target.kind.name
+    dev = tvm.cpu(0) if kind in ("llvm", "c") else tvm.device(kind, 0)
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    result = vm["main"](*args)
+    dev.sync()
+    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=20)
+    samples = [s * 1e6 for s in timer(*args).results]
+    out.update(latency_us=float(np.median(samples)), outputs=examples._flatten(result))
+    return out
+
+
+def max_rel_err(a: list, b: list) -> float | None:
+    if not a or not b or len(a) != len(b):
+        return None
+    err = 0.0
+    for x, y in zip(a, b):
+        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        if x.shape != y.shape:
+            return float("inf")
+        err = max(err, float(np.max(np.abs(x - y)) / (np.max(np.abs(x)) + 1e-6)) if x.size else 0.0)
+    return err
+
+
+def local_cuda_target():
+    """``cuda`` with this GPU's arch and limits (dlight's schedules read them), else ``cuda``."""
+    import tvm
+
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        return "cuda"
+    try:
+        return {
+            "kind": "cuda",
+            "arch": "sm_" + dev.compute_version.replace(".", ""),
+            "max_shared_memory_per_block": int(dev.max_shared_memory_per_block),
+            "max_threads_per_block": int(dev.max_threads_per_block),
+            "thread_warp_size": int(dev.warp_size),
+        }
+    except Exception:  # noqa: BLE001
+        return "cuda"
+
+
+def build_kernels_only(mod, target) -> dict:
+    """``--compile-only``: build every kernel of the original graph the way
+    :func:`~tvm_taso.measure.measure_kernel` does (in this process, nothing timed)."""
+    from collections import Counter
+
+    from tvm_taso.cost import kernels
+    from tvm_taso.measure import build_kernel
+    from tvm_taso.relax_bridge import BlockGraph
+
+    built, failed, t0 = 0, [], time.perf_counter()
+    for block in mod["main"].body.blocks:
+        for k in set(kernels(BlockGraph(block, Counter()).graph)):
+            try:
+                build_kernel(k, target)
+                built += 1
+            except Exception as err:  # noqa: BLE001
+                failed.append(f"{[o[0] for o in k.ops]}: {type(err).__name__}: {str(err)[:200]}")
+    return {"kernels_built": built, "kernels_failed": failed, "build_s": round(time.perf_counter() - t0, 2)}
+
+
+def check_model(name, build, target, args, deadline) -> dict:
+    import tvm_taso
+    from tvm_taso import examples
+    from tvm_taso.measure import MeasuredCost
+
+    row: dict = {"model": name}
+    t0 = time.perf_counter()
+    mod = build()
+    row["build_model_s"] = round(time.perf_counter() - t0, 2)
+    inputs = examples.random_inputs(mod)
+    base = compile_and_time(mod, target, inputs, args.compile_only, args.repeat)
+    row["original"] = {k: v for k, v in base.items() if k != "outputs"}
+    variants = {"analytic": "analytic", "measure": None}
+    for label, cost_model in variants.items():
+        left = deadline - time.time()
+        if left < 30:
+            row[label] = {"skipped": "deadline"}
+            continue
+        if cost_model is None:
+            if args.compile_only:
+                row[label] = build_kernels_only(mod, target)
+                continue
+            cost_model = MeasuredCost(
+                target, repeats=args.kernel_repeats, timeout=args.kernel_timeout,
+                time_limit=min(args.measure_limit, max(10.0, left - 60)),
+            )
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            new_mod, report = tvm_taso.optimize(
+                mod, target=target, cost_model=cost_model,
+                time_limit=min(args.search_limit + (args.measure_limit if label == "measure" else 0), max(10.0, left - 30)),
+            )
+        entry = {
+            "optimize_s": round(time.perf_counter() - t0, 2),
+            "cost_before": report["cost_before"],
+            "cost_after": report["cost_after"],
+            "applied": report["applied"],
+            "cost_model": report["cost_model"],
+        }
+        try:
+            res = compile_and_time(new_mod, target, inputs, args.compile_only, args.repeat)
+            entry.update({k: v for k, v in res.items() if k != "outputs"})
+            if "latency_us" in res and "latency_us" in base:
+                entry["speedup"] = base["latency_us"] / res["latency_us"]
+                entry["max_rel_err"] = max_rel_err(base.get("outputs"), res.get("outputs"))
+        except Exception as err:  # noqa: BLE001
+            entry["error"] = f"{type(err).__name__}: {str(err)[:500]}"
+        row[label] = entry
+    return row
+
+
+def _fmt(v, spec=".1f"):
+    return "-" if v is None else format(v, spec)
+
+
+def table(rows: list) -> str:
+    lines = [
+        "| model | original µs | analytic µs (×) | measured µs (×) | kernels measured / cached / failed | measure s | rules (measured) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | error: {r['error'][:80]} | | | | | |")
+            continue
+        a, m = r.get("analytic", {}), r.get("measure", {})
+        cm = m.get("cost_model", {})
+        lines.append(
+            f"| {r['model']} | {_fmt(r['original'].get('latency_us'))} "
+            f"| {_fmt(a.get('latency_us'))} ({_fmt(a.get('speedup'), '.2f')}) "
+            f"| {_fmt(m.get('latency_us'))} ({_fmt(m.get('speedup'), '.2f')}) "
+            f"| {cm.get('measured', '-')} / {cm.get('cached', '-')} / {cm.get('failed', '-')} "
+            f"| {cm.get('measure_seconds', '-')} | {', '.join(f'{k}×{v}' for k, v in (m.get('applied') or {}).items())} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check")
+    p.add_argument("--target", default="cuda", help="cuda (default), llvm, or a target JSON")
+    p.add_argument("--models", nargs="*", default=None)
+    p.add_argument("--deadline", type=float, default=360.0, help="seconds for everything (models past it are skipped)")
+    p.add_argument("--measure-limit", type=float, default=90.0, help="seconds of kernel measurement per model")
+    p.add_argument("--search-limit", type=float, default=30.0, help="search seconds per model besides measuring")
+    p.add_argument("--kernel-repeats", type=int, default=20)
+    p.add_argument("--kernel-timeout", type=float, default=60.0)
+    p.add_argument("--repeat", type=int, default=20, help="end-to-end timing repeats")
+    p.add_argument("--quick", action="store_true", help="tiny model sizes")
+    p.add_argument("--compile-only", action="store_true", help="build everything, time nothing (no GPU needed)")
+    p.add_argument("--out", default=os.environ.get("OUT"), help="folder for gpu_check.json")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    deadline = time.time() + args.deadline
+
+    import tvm
+
+    from tvm_taso.database import MeasurementDB
+
+    logging.getLogger("tvm.s_tir.dlight").setLevel(logging.ERROR)  # one line per kernel otherwise
+    target_spec = json.loads(args.target) if args.target.startswith("{") else args.target
+    if target_spec == "cuda":
+        target_spec = local_cuda_target()
+    target = tvm.target.Target(target_spec)
+    info = {"tvm": tvm.__version__, "target": str(target), "python": sys.version.split()[0]}
+    if target.kind.name == "cuda":
+        dev = tvm.cuda(0)
+        info.update(cuda_exist=bool(dev.exist))
+        if dev.exist:
+            info.update(device=dev.device_name, compute_version=dev.compute_version)
+        elif not args.compile_only:
+            print("no CUDA device: use --compile-only", file=sys.stderr)
+            return 2
+    print(json.dumps(info), flush=True)
+    builders = model_builders(args.quick)
+    names = args.models or list(builders)
+    rows: list = []
+    out_path = os.path.join(args.out, "gpu_check.json") if args.out else None
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    for name in names:
+        if deadline - time.time() < 45:
+            rows.append({"model": name, "error": "skipped: deadline"})
+            continue
+        t0 = time.perf_counter()
+        try:
+            row = check_model(name, builders[name], target, args, deadline)
+        except Exception as err:  # noqa: BLE001 - one model's failure must not end the check
+            traceback.print_exc()
+            row = {"model": name, "error": f"{type(err).__name__}: {str(err)[:500]}"}
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+        print(json.dumps(row, default=str), flush=True)
+        if out_path:
+            with open(out_path, "w") as f:
+                json.dump({"info": info, "rows": rows, "db": MeasurementDB().summary()}, f, indent=1, default=str)
+    print()
+    print(table(rows))
+    print()
+    print(json.dumps(MeasurementDB().summary(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
