@@ -41,7 +41,7 @@ from __future__ import annotations
 import inspect
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -267,7 +267,8 @@ class Numeric:
         except _CATCH:
             return None
         try:
-            values = ops.evaluate(name, [np.asarray(a) for a in arrays], full)
+            with np.errstate(all="ignore"):
+                values = ops.evaluate(name, [np.asarray(a) for a in arrays], full)
         except Exception as err:  # noqa: BLE001 - reported as a failed check
             raise EvaluationError(f"{name}{tuple(t.shape for t in types)} {full}: {err}") from err
         v = np.asarray(values[out])

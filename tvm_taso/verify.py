@@ -14,11 +14,16 @@ together with the axioms and what is known whenever the rule fires —
 - the values of ``compose``/``inverse``/``identity?``/``last-two-swapped`` on the concrete tuples
   the rule mentions, computed by the rule language's own functions.
 
-Statuses: ``proved`` (unsat for every output), ``failed`` (Z3 found a model of the axioms where
-the two sides differ: the axioms do not imply the rule), ``unknown`` (timeout or Z3 gave up) and
-``unsupported`` (an op or attribute outside the algebra, e.g. ``batch_norm``, ``reshape``; such
-rules keep their proof status). The axioms' numeric check runs first; the verifier refuses to
-prove anything from an axiom that fails it.
+Statuses: ``proved`` (unsat for every output); ``failed`` (the solver ran out of axioms to
+instantiate without a proof, or Z3 found a model where the sides differ: the axioms do not imply
+the rule — then :func:`refute` looks for a concrete counterexample on random small tensors, and
+the reason says ``counterexample: ...`` when it finds one, which means the rule is wrong);
+``unknown`` (timeout); ``unsupported`` (an op or attribute outside the algebra, e.g.
+``batch_norm``, ``reshape``; such rules keep their proof status). The axioms' numeric check runs
+first; the verifier refuses to prove anything from an axiom that fails it.
+
+Z3 runs E-matching only (no model-based instantiation: on an unprovable rule it can run for
+minutes past its timeout), in a fresh non-incremental solver per output.
 """
 
 from __future__ import annotations
@@ -158,10 +163,11 @@ class _Translator:
             return [self.note(getattr(A, p.op)(*args))]
         if p.op == "conv2d":
             return [self.note(A.conv2d(at["strides"], at["padding"], at["dilation"], at["groups"], *args))]
-        if p.op == "max_pool2d":
-            return [self.note(A.max_pool2d(at["pool_size"], at["strides"], at["padding"], at["dilation"], at["ceil_mode"], args[0]))]
-        if p.op == "avg_pool2d":
-            return [self.note(A.avg_pool2d(at["pool_size"], at["strides"], at["padding"], at["dilation"], at["ceil_mode"], at["count_include_pad"], args[0]))]
+        if p.op in ("max_pool2d", "avg_pool2d"):
+            window = [at["pool_size"], at["strides"], at["padding"], at["dilation"], at["ceil_mode"]]
+            if p.op == "avg_pool2d":
+                window.append(at["count_include_pad"])
+            return [self.note(getattr(A, p.op)(*window, args[0]))]
         if p.op == "concat":
             if in_src:
                 self.facts.append(at["axis"] >= 0)
@@ -195,8 +201,9 @@ class _Translator:
             if sort == IGNORED:
                 continue
             if sort == FIXED:
-                if name in given and not (not isinstance(given[name], (Var, Call, Tup)) and given[name] == defaults.get(name)):
-                    raise Unsupported(f"{p.op} :{name} {given[name]!r} (only the default {defaults.get(name)!r} is modeled)")
+                value = given.get(name, defaults.get(name))
+                if isinstance(value, (Var, Call, Tup)) or value != defaults.get(name):
+                    raise Unsupported(f"{p.op} :{name} {value!r} (only the default {defaults.get(name)!r} is modeled)")
                 continue
             if name in given:
                 value = given[name]
@@ -470,8 +477,14 @@ class Prover:
     refute_seconds = 2.0  # spent looking for a counterexample to a rule that is not proved
 
     def __init__(self, axioms: list | None = None, check: bool = True):
-        if check:
+        if check and axioms is None:
             ax.ensure_checked()
+        elif check:
+            bad = [r for r in ax.check_axioms(axioms, trials=ax.DEFAULT_TRIALS) if not r.ok]
+            if bad:
+                raise ax.AxiomError(
+                    "axioms fail their numeric check: " + "; ".join(f"{r.name}: {r.message}" for r in bad)
+                )
         self.alg = ax.Z3Algebra()
         self.formulas = ax.formulas(self.alg, axioms)
 
@@ -664,7 +677,6 @@ def _tick(bar, res: VerifyResult) -> None:
     log.info("%s: %s (%.2f s) %s", res.name, res.status, res.seconds, res.reason)
     if bar is not None:
         bar.update(1)
-        bar.set_postfix_str(res.name[:30])
 
 
 # -- writing the proof status back --------------------------------------------------------------
