@@ -37,6 +37,7 @@ import onnx
 from tvm import relax
 
 import tvm_taso
+from tvm_taso.checking import relative_error
 
 from . import onnx_models
 
@@ -274,19 +275,6 @@ def ort_run(model: onnx.ModelProto, feeds: list[np.ndarray]) -> list[np.ndarray]
     return sess.run(None, dict(zip(names, feeds)))
 
 
-def rel_err(expected: list[np.ndarray], got: list[np.ndarray]) -> float:
-    """Largest ``max|a-b| / max|a|`` over the outputs (inf on a count or shape mismatch)."""
-    if len(expected) != len(got):
-        return float("inf")
-    worst = 0.0
-    for a, b in zip(expected, got):
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        if a.shape != b.shape:
-            return float("inf")
-        worst = max(worst, float(np.abs(a - b).max(initial=0.0) / (np.abs(a).max(initial=0.0) + 1e-30)))
-    return worst
-
-
 def roundtrip(name: str, proto: onnx.ModelProto, target, seed: int = 0, **optimize_options) -> dict:
     """One model through import → optimize → export → check_model → onnxruntime. Returns a
     row; a failing stage is named in ``row["failed"]`` with its error (and no exception).
@@ -323,7 +311,7 @@ def roundtrip(name: str, proto: onnx.ModelProto, target, seed: int = 0, **optimi
         feeds = list(random_feeds(proto, seed).values())
         expected, got = ort_run(proto, feeds), ort_run(exported, feeds)
         row["output_shapes"] = [list(e.shape) for e in expected]
-        row["max_rel_err"] = err = rel_err(expected, got)
+        row["max_rel_err"] = err = relative_error(expected, got)
         row["ok"] = bool(err <= MAX_REL_ERR)
         row["stage"] = "done"
         if not row["ok"]:

@@ -16,7 +16,9 @@ TOLERANCE = 1e-4
 
 
 def relative_error(expected: list[np.ndarray], got: list[np.ndarray]) -> float:
-    """Largest ``max|a-b| / max|a|`` over the outputs."""
+    """Largest ``max|a-b| / max|a|`` over the outputs (inf on a count or shape mismatch)."""
+    if len(expected) != len(got):
+        return float("inf")
     worst = 0.0
     for a, b in zip(expected, got):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
