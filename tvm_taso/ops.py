@@ -112,6 +112,8 @@ def _conv2d_infer(types, attrs):
     n, c, h, wd = x.shape
     o, i, kh, kw = w.shape
     g = attrs["groups"]
+    if min(attrs["padding"]) < 0:
+        raise OpError("negative padding")
     if c != i * g or o % g:
         raise OpError(f"conv2d channels: data {c}, weight {i}x{g} groups")
     st, pad, dil = attrs["strides"], attrs["padding"], attrs["dilation"]
@@ -171,8 +173,12 @@ def _pool_infer(types, attrs):
     st, pad, dil = attrs["strides"], attrs["padding"], attrs["dilation"]
     if attrs["ceil_mode"]:
         raise OpError("ceil_mode pooling is not handled")
+    if min(attrs["padding"]) < 0 or kh <= 0 or kw <= 0:
+        raise OpError("negative padding or empty pooling window")
     oh = (h + pad[0] + pad[2] - dil[0] * (kh - 1) - 1) // st[0] + 1
     ow = (w + pad[1] + pad[3] - dil[1] * (kw - 1) - 1) // st[1] + 1
+    if oh <= 0 or ow <= 0:
+        raise OpError("pool2d output is empty")
     return [TensorType((n, c, oh, ow), x.dtype)]
 
 
