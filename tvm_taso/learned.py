@@ -769,15 +769,9 @@ def train(
 def add_cost_train_command(subparsers) -> None:
     """Add ``cost train [--db PATH] [--target T] [-o MODEL]`` to a CLI: under an existing
     ``cost`` command (e.g. the one ``add_cost_show_command`` adds) or a new one."""
-    import argparse
+    from .measure import cost_subparsers
 
-    cost = subparsers.choices.get("cost") if hasattr(subparsers, "choices") else None
-    if cost is None:
-        cost = subparsers.add_parser("cost", help="the measurement database and cost models")
-        csub = cost.add_subparsers(dest="cost_command", required=True)
-    else:
-        csub = next(a for a in cost._actions if isinstance(a, argparse._SubParsersAction))
-    tr = csub.add_parser(
+    tr = cost_subparsers(subparsers).add_parser(
         "train",
         help="train the learned cost model from the measurement database",
         description="Fit an XGBoost model of kernel latency (log µs) on the target's measured kernels, "

@@ -610,18 +610,21 @@ class MeasuredCost(CostModel):
 # --------------------------------------------------------------------------------------------
 
 
-def add_cost_show_command(subparsers) -> None:
-    """Add ``cost show [--db PATH] [--json]`` to a CLI's subparsers: under an existing ``cost``
-    command (e.g. the one ``learned.add_cost_train_command`` adds) or a new one."""
+def cost_subparsers(subparsers):
+    """The subcommands of the CLI's ``cost`` command, creating the command on first use (``cost
+    show`` and ``cost train`` come from two modules, in either order)."""
     import argparse
 
     cost = subparsers.choices.get("cost") if hasattr(subparsers, "choices") else None
     if cost is None:
         cost = subparsers.add_parser("cost", help="the measurement database and cost models")
-        csub = cost.add_subparsers(dest="cost_command", required=True)
-    else:
-        csub = next(a for a in cost._actions if isinstance(a, argparse._SubParsersAction))
-    show = csub.add_parser("show", help="summarize the measurement database")
+        return cost.add_subparsers(dest="cost_command", required=True)
+    return next(a for a in cost._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def add_cost_show_command(subparsers) -> None:
+    """Add ``cost show [--db PATH] [--json]`` to a CLI's subparsers (see :func:`cost_subparsers`)."""
+    show = cost_subparsers(subparsers).add_parser("show", help="summarize the measurement database")
     show.add_argument("--db", default=None, help="database file or folder (default $TVM_TASO_CACHE or ~/.cache/tvm-taso)")
     show.add_argument("--json", action="store_true", help="print the summary as JSON")
     show.set_defaults(func=cmd_cost_show)
