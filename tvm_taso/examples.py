@@ -127,12 +127,9 @@ EXAMPLES = {
 
 def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
     """Random arrays for the parameters of ``mod["main"]``."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for p in mod["main"].params:
-        shape = [int(d) for d in p.ty.shape]
-        out.append(rng.standard_normal(shape).astype(str(p.ty.dtype)))
-    return out
+    from .checking import inputs_for
+
+    return inputs_for(mod, seed=seed)
 
 
 def run(mod: tvm.IRModule, inputs: list[np.ndarray], target="llvm", relax_pipeline="default") -> list[np.ndarray]:
