@@ -34,25 +34,18 @@ import numpy as np
 from tvm_taso.database import MeasurementDB, canonical_target
 from tvm_taso.learned import model_kernels, search_kernels, train
 from tvm_taso.measure import measure_kernel
+from tvm_taso.onnx_import import load_onnx
 
 from . import models
 
 log = logging.getLogger("benchmarks.learned_accuracy")
 
-CONFIGS = {
-    "resnet50": (models.resnet50, {}),
-    "bert": (models.bert_base, {"layers": 2}),
-}
-QUICK = {
-    "resnet50": {"image": 32, "width": 8},
-    "bert": {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "ffn": 256},
-}
+CONFIGS = {"resnet50": {}, "bert": {"layers": 2}}  # model -> keyword arguments of its builder
+BUILDERS = {"resnet50": "resnet50", "bert": "bert-base"}
 
 
 def collect(model: str, quick: bool, target) -> tuple[list, int]:
-    build, kw = CONFIGS[model]
-    kw = dict(kw, **(QUICK[model] if quick else {}))
-    mod = build(**kw)
+    mod = load_onnx(models.build(BUILDERS[model], quick, **CONFIGS[model]))
     own = model_kernels(mod)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -11,8 +11,8 @@ same random inputs. It prints a markdown table (stdout): ONNX nodes, Relax ops, 
 rules applied, estimated cost after/before, max relative error (``max|a-b| / max|a|`` over the
 outputs, must be ≤ 1e-4), pass/fail; the exit status is 1 when a model fails.
 
-Models: ``bert-base`` and ``resnet50`` from :mod:`benchmarks.onnx_models` (``bert-base`` starts
-from token ids through BERT's embeddings, ``bert-base-x`` from the embedded input); with
+Models: every model of :mod:`benchmarks.models` (``bert-base`` starts from token ids through
+BERT's embeddings; ``bert-base-x`` is BERT-base from the embedded input); with
 ``--torch`` also ``torch-resnet18`` (a ResNet-18 with BatchNorm, eval mode),
 ``torch-bert`` (token embedding + ``nn.TransformerEncoder``, post-norm, GELU, batch_first) and
 ``torch-vit`` (patch conv with stride = patch, class token, position embedding, hand-written
@@ -39,7 +39,7 @@ from tvm import relax
 import tvm_taso
 from tvm_taso.checking import relative_error
 
-from . import onnx_models
+from . import models
 
 log = logging.getLogger("benchmarks.roundtrip")
 
@@ -51,15 +51,11 @@ TARGETS = {"cuda": "cuda", "llvm": {"kind": "llvm", "num-cores": 2}}
 
 
 def onnx_builders(quick: bool) -> dict:
-    """name -> () -> ModelProto, for the models of :mod:`benchmarks.onnx_models`."""
-    bert = dict(onnx_models.QUICK_SIZES["bert-base"]) if quick else {}
-    resnet = dict(onnx_models.QUICK_SIZES["resnet50"]) if quick else {}
-    bert_x = {k: v for k, v in bert.items() if k not in ("vocab", "max_positions")}
-    return {
-        "bert-base": lambda: onnx_models.bert_base_onnx(**bert),
-        "bert-base-x": lambda: onnx_models.bert_base_onnx(vocab=None, scale_with="Mul", **bert_x),
-        "resnet50": lambda: onnx_models.resnet50_onnx(**resnet),
-    }
+    """name -> () -> ModelProto: every model of :mod:`benchmarks.models`, plus ``bert-base-x``."""
+    builders = {name: (lambda name=name: models.build(name, quick)) for name in models.MODELS}
+    bert_x = {k: v for k, v in models.QUICK_SIZES["bert-base"].items() if k not in ("vocab", "max_positions")}
+    builders["bert-base-x"] = lambda: models.bert.bert_base(vocab=None, scale_with="Mul", **(bert_x if quick else {}))
+    return builders
 
 
 TORCH_SIZES = {

@@ -34,17 +34,20 @@ class TasoOptimize:
     alpha : relaxation of the search (TASO's alpha, default 1.05).
     budget : graphs expanded per search region.
     time_limit : seconds for the whole search.
+    guard : time the rewritten module against the original on this machine's device and keep
+        it only when measured faster (two extra builds; see :func:`tvm_taso.optimize`).
 
     The report of the last run is kept in ``last_report`` (JSON-serializable dict).
     """
 
-    def __init__(self, target=None, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0):
+    def __init__(self, target=None, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0, guard=False):
         self.target = target
         self.rules = rules
         self.cost_model = cost_model
         self.alpha = alpha
         self.budget = budget
         self.time_limit = time_limit
+        self.guard = guard
         self.last_report = None
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
@@ -58,6 +61,7 @@ class TasoOptimize:
             alpha=self.alpha,
             budget=self.budget,
             time_limit=self.time_limit,
+            guard=self.guard,
         )
         return new_mod
 

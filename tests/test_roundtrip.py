@@ -1,4 +1,4 @@
-"""ONNX round trip on tiny versions of the benchmark models (benchmarks/onnx_models.py):
+"""ONNX round trip on tiny versions of the benchmark models (benchmarks/models/):
 import → optimize → export gives a model that passes ``onnx.checker.check_model(full_check=True)``
 and computes in onnxruntime what the original computes (relative error ≤ 1e-4)."""
 
@@ -10,16 +10,16 @@ import onnx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed
-from benchmarks import onnx_models, roundtrip  # noqa: E402
+from benchmarks import models, roundtrip  # noqa: E402
 
 pytest.importorskip("onnxruntime")
 
 TINY = {
-    "bert": lambda: onnx_models.bert_base_onnx(layers=1, seq=16, hidden=64, heads=4, ffn=256, vocab=None),
-    "bert-embeddings": lambda: onnx_models.bert_base_onnx(
+    "bert": lambda: models.bert.bert_base(layers=1, seq=16, hidden=64, heads=4, ffn=256, vocab=None),
+    "bert-embeddings": lambda: models.bert.bert_base(
         layers=1, seq=16, hidden=64, heads=4, ffn=256, vocab=100, max_positions=16, scale_with="Mul"
     ),
-    "resnet50": lambda: onnx_models.resnet50_onnx(image=32, width=4, classes=10),
+    "resnet50": lambda: models.resnet.resnet50(image=32, width=4, classes=10),
 }
 
 
@@ -37,12 +37,12 @@ def test_round_trip_matches_onnxruntime(name):
 
 
 def test_builders_are_faithful():
-    bert = onnx_models.bert_base_onnx(layers=2, seq=8, hidden=32, heads=4, ffn=64, vocab=50, max_positions=8)
+    bert = models.bert.bert_base(layers=2, seq=8, hidden=32, heads=4, ffn=64, vocab=50, max_positions=8)
     ops = collections.Counter(n.op_type for n in bert.graph.node)
     assert ops["MatMul"] == 2 * 8 and ops["LayerNormalization"] == 2 * 2 + 1 and ops["Erf"] == 2
     assert ops["Softmax"] == 2 and ops["Div"] == 2 * 2 and ops["Gather"] == 3
     assert bert.opset_import[0].version == 17
-    resnet = onnx_models.resnet50_onnx(image=32, width=4, classes=10)
+    resnet = models.resnet.resnet50(image=32, width=4, classes=10)
     ops = collections.Counter(n.op_type for n in resnet.graph.node)
     assert ops["Conv"] == ops["BatchNormalization"] == 53 and ops["Gemm"] == 1 and ops["MaxPool"] == 1
     assert [d.dim_value for d in resnet.graph.output[0].type.tensor_type.shape.dim] == [1, 10]

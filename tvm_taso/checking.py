@@ -3,14 +3,9 @@ side-by-side latency of ``tvm-taso bench``."""
 
 from __future__ import annotations
 
-import logging
-import time
-
 import numpy as np
 
 from .onnx_import import InputError
-
-log = logging.getLogger(__name__)
 
 TOLERANCE = 1e-4
 
@@ -73,9 +68,9 @@ def compare_onnx(original, optimized, mod, seed: int = 0) -> dict:
     try:
         import onnxruntime  # noqa: F401
 
-        feeds = dict(zip(_graph_input_names(original, len(names)), inputs))
+        feeds = dict(zip(graph_input_names(original, len(names)), inputs))
         expected = _onnxruntime_outputs(original, feeds)
-        feeds = dict(zip(_graph_input_names(optimized, len(names)), inputs))
+        feeds = dict(zip(graph_input_names(optimized, len(names)), inputs))
         got = _onnxruntime_outputs(optimized, feeds)
         runtime = "onnxruntime"
     except ImportError:
@@ -86,7 +81,8 @@ def compare_onnx(original, optimized, mod, seed: int = 0) -> dict:
     return {"ok": err <= TOLERANCE, "max_relative_error": err, "tolerance": TOLERANCE, "runtime": runtime}
 
 
-def _graph_input_names(proto, count: int) -> list[str]:
+def graph_input_names(proto, count: int) -> list[str]:
+    """The first ``count`` graph inputs of ``proto`` that are not initializers."""
     inits = {i.name for i in proto.graph.initializer}
     names = [i.name for i in proto.graph.input if i.name not in inits]
     return names[:count]
@@ -94,29 +90,21 @@ def _graph_input_names(proto, count: int) -> list[str]:
 
 def bench(mod, inputs, target, repeat: int = 10, time_limit: float = 60.0) -> dict:
     """Latency of ``mod`` compiled for ``target`` with the default pipeline and with the
-    ``"taso"`` pipeline, measured in one run, alternating, and their ratio (median over median)."""
+    ``"taso"`` pipeline, timed side by side in one run; ``speedup`` is the median of the
+    pairwise ratios (default / taso)."""
     import tvm
-    from tvm import relax
 
     from . import passes
+    from .latency import CompiledModule, device_for, side_by_side, speedup
 
     t = tvm.target.Target(target)
-    dev = tvm.cpu() if t.kind.name == "llvm" else tvm.device(t.kind.name, 0)
-    if not dev.exist:
+    if device_for(t) is None:
         raise InputError(f"no {t.kind.name} device on this machine to time on")
-    builds = {}
-    for key, pipeline in (("default", "default"), ("taso", passes.taso_pipeline(time_limit=time_limit))):
-        t0 = time.perf_counter()
-        ex = tvm.compile(mod, target=t, relax_pipeline=pipeline)
-        vm = relax.VirtualMachine(ex, dev)
-        args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        vm["main"](*args)  # warm up
-        builds[key] = (vm, args, time.perf_counter() - t0)
-    samples = {"default": [], "taso": []}
-    for _ in range(repeat):
-        for key, (vm, args, _) in builds.items():
-            timer = vm.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=50)
-            samples[key].append(timer(*args).median * 1e3)
+    builds = {
+        "default": CompiledModule(mod, t, inputs, "default"),
+        "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(time_limit=time_limit)),
+    }
+    samples = side_by_side({k: (lambda m=m: m.time_ms(50)) for k, m in builds.items()}, repeat)
     result = {}
     labels = {"default": "TVM default pipeline", "taso": "TVM + TasoOptimize"}
     for key, values in samples.items():
@@ -125,8 +113,10 @@ def bench(mod, inputs, target, repeat: int = 10, time_limit: float = 60.0) -> di
             "median_ms": float(np.median(values)),
             "min_ms": float(np.min(values)),
             "samples_ms": values,
-            "compile_seconds": builds[key][2],
+            "compile_seconds": builds[key].compile_seconds,
         }
-    result["speedup"] = result["default"]["median_ms"] / result["taso"]["median_ms"]
+    summary = speedup(samples["default"], samples["taso"])
+    result["speedup"] = summary["ratio"]
+    result["speedup_quartiles"] = [summary["ratio_low"], summary["ratio_high"]]
     result["target"] = str(target)
     return result

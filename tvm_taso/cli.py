@@ -115,6 +115,7 @@ def cmd_optimize(args) -> int:
         budget=args.budget,
         time_limit=args.time_limit,
         progress=True,
+        guard=args.guard,
     )
     from tvm_taso.onnx_export import export_onnx
 
@@ -149,6 +150,12 @@ def _print_summary(report: dict) -> None:
     print("rules applied    " + (", ".join(f"{k} x{v}" for k, v in report["applied"].items()) or "none"))
     for s in report["skipped"]:
         print(f"left as is       {s['what']} (x{s['count']})")
+    guard = report.get("guard")
+    if guard and guard.get("measured"):
+        print(f"guard            {guard['ratio']:.3f}x measured through TVM "
+              f"({'kept' if guard['kept'] else 'not faster: original kept'})")
+    elif guard:
+        print(f"guard            not measured ({guard['reason']})")
 
 
 def _write_reports(args, report: dict, before, after) -> None:
@@ -190,7 +197,9 @@ def cmd_bench(args) -> int:
     for key in ("default", "taso"):
         r = result[key]
         print(f"{r['label']:24s} {r['median_ms']:10.3f} {r['min_ms']:10.3f}")
-    print(f"speedup (default / taso) {result['speedup']:.3f}x (median of {args.repeat} repeats)")
+    low, high = result["speedup_quartiles"]
+    print(f"speedup (default / taso) {result['speedup']:.3f}x (median of {args.repeat} pairwise ratios, "
+          f"quartiles {low:.3f}-{high:.3f})")
     if args.json:
         _write_atomically(args.json, lambda tmp: open(tmp, "w").write(json.dumps(result, indent=2)))
     return 0
@@ -274,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
     opt.add_argument("--check", action="store_true",
                      help="run original and optimized models on random inputs; fail on any mismatch")
+    opt.add_argument("--guard", action="store_true",
+                     help="time the rewritten model against the original through TVM on --target (this "
+                     "machine's device) and keep it only if measured faster")
     opt.add_argument("--report", metavar="REPORT.json", help="write the search report as JSON")
     opt.add_argument("--html", metavar="REPORT.html", help="write a report to open in a browser")
     opt.set_defaults(func=cmd_optimize)

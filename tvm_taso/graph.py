@@ -255,13 +255,17 @@ def fold_constants(graph: Graph) -> int:
         inputs = [mapping.get(r, r) for r in n.inputs]
         if not all(r in values for r in inputs):
             continue
+        # arithmetic in float64 so that folding adds no rounding; data movement needs no copy
+        moves_data = ops.OPS[n.op].kind in (ops.INJECTIVE, ops.VIEW)
         try:
-            outs = ops.evaluate(n.op, [values[r].astype(np.float64) for r in inputs], n.attr)
+            outs = ops.evaluate(
+                n.op, [values[r] if moves_data else values[r].astype(np.float64) for r in inputs], n.attr
+            )
         except OpError:
             continue
         folded += 1
         for i, (arr, ty) in enumerate(zip(outs, n.types)):
-            arr = np.ascontiguousarray(np.asarray(arr).astype(ty.dtype))
+            arr = np.ascontiguousarray(np.asarray(arr).astype(ty.dtype, copy=False))
             cid = graph.add_leaf("const", ty, (arr, None), key=("folded", nid, i))
             mapping[(nid, i)] = (cid, 0)
             values[(cid, 0)] = arr

@@ -117,6 +117,32 @@ def _select_outputs(kernel, values, types, consumed) -> list:
     return chosen
 
 
+def _backend(target):
+    import importlib
+
+    kind = target.kind.name
+    return importlib.import_module(
+        "tvm.relax.backend." + ("cuda" if kind == "cuda" else "gpu_generic" if "gpu" in target.keys else "cpu_generic")
+        + ".pipeline"
+    )
+
+
+def _split_at_fusion(target) -> tuple[list, list]:
+    """The target's dispatch + legalize passes, cut right after ``FuseTIR``: MetaSchedule's
+    workloads are the fused TIR functions at that point."""
+    legalize = list(_backend(target).legalize_passes(target))
+    at = next((i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"), len(legalize) - 1) + 1
+    return list(_backend(target).library_dispatch_passes(target)) + legalize[:at], legalize[at:]
+
+
+def fused_module(mod, target):
+    """``mod`` after the target pipeline's passes up to ``FuseTIR`` (what MetaSchedule tunes)."""
+    import tvm
+
+    with target:
+        return tvm.transform.Sequential(_split_at_fusion(target)[0])(mod)
+
+
 def build_pipeline(target, database: str | None = None):
     """The target's default Relax pipeline (legalize, fuse, dlight on GPUs), with the tuned
     schedules of a MetaSchedule database (a work dir holding ``database_workload.json`` and
@@ -126,25 +152,15 @@ def build_pipeline(target, database: str | None = None):
 
     if database is None:
         return relax.get_default_pipeline(target)
-    import importlib
-
-    kind = target.kind.name
-    backend = importlib.import_module(
-        "tvm.relax.backend." + ("cuda" if kind == "cuda" else "gpu_generic" if "gpu" in target.keys else "cpu_generic")
-        + ".pipeline"
-    )
-    legalize = list(backend.legalize_passes(target))
-    at = next((i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"), len(legalize) - 1) + 1
-    legalize.insert(at, relax.transform.MetaScheduleApplyDatabase(work_dir=str(database)))
+    backend = _backend(target)
+    head, tail = _split_at_fusion(target)
+    passes = head + [relax.transform.MetaScheduleApplyDatabase(work_dir=str(database))] + tail
 
     @tvm.transform.module_pass(opt_level=0)
     def _pipeline(mod, _ctx):
         with target:
             seq = tvm.transform.Sequential(
-                list(backend.library_dispatch_passes(target))
-                + legalize
-                + list(backend.dataflow_lower_passes(target))
-                + list(backend.finalize_passes(target))
+                passes + list(backend.dataflow_lower_passes(target)) + list(backend.finalize_passes(target))
             )
             return seq(mod)
 

@@ -106,6 +106,8 @@ def optimize(
     time_limit: float = 60.0,
     region_size: int = 32,
     progress: bool = False,
+    guard: bool = False,
+    guard_repeats: int = 7,
 ) -> tuple[tvm.IRModule, dict]:
     """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
 
@@ -119,6 +121,12 @@ def optimize(
     budget : graphs expanded per region of the search.
     time_limit : wall-clock bound for the whole search, in seconds.
     region_size : ops per search region (the graph is split so time grows linearly).
+    guard : compile the original and the rewritten module for ``target``, time them side by
+        side on this machine's device (``guard_repeats`` rounds), and keep the rewrite only if
+        it was faster in at least three rounds out of four (the lower quartile of the pairwise
+        speedups above 1); otherwise return ``mod`` unchanged. A cost model is a prediction; the
+        guard makes "never slower than before" a measured fact, at the price of two builds.
+        Without a device for the target the rewrite is kept and the report says so.
 
     Returns ``(new_mod, report)``; the report is JSON-serializable: ``cost_before``,
     ``cost_after`` (microseconds, by the cost model), ``search_seconds``, ``expanded``,
@@ -182,8 +190,17 @@ def optimize(
         "skipped": [{"what": what, "count": n} for what, n in sorted(skipped.items())],
         "curve": _curve(t0, cost_before, stats.curve),
         "rewrites": stats.rewrites,
-        "settings": {"alpha": alpha, "budget": budget, "time_limit": time_limit, "region_size": region_size},
+        "settings": {"alpha": alpha, "budget": budget, "time_limit": time_limit, "region_size": region_size,
+                     "guard": guard},
     }
+    if guard and new_mod is not mod:
+        report["guard"] = _guard(mod, new_mod, target, guard_repeats)
+        if not report["guard"]["kept"]:
+            new_mod = mod
+            report["guard"]["reverted"] = report["applied"]
+            report["applied"] = {}
+            report["cost_after"] = report["cost_before"]
+            report["speedup_estimate"] = 1.0
     if skipped:
         warnings.warn(
             "tvm-taso left parts of the module as they were: "
@@ -199,6 +216,29 @@ def optimize(
         dict(stats.applied),
     )
     return new_mod, report
+
+
+def _guard(before: tvm.IRModule, after: tvm.IRModule, target, repeats: int) -> dict:
+    """Time both modules side by side; keep ``after`` if it won at least 3 rounds in 4."""
+    from .checking import inputs_for
+    from .latency import compare_modules, device_for
+
+    target = tvm.target.Target(target if target is not None else "llvm")
+    if device_for(target) is None:
+        log.warning("guard: no %s device here to time on; keeping the rewrite unmeasured", target.kind.name)
+        return {"kept": True, "measured": False, "reason": f"no {target.kind.name} device on this machine"}
+    t0 = time.perf_counter()
+    try:
+        result = compare_modules(before, after, target, inputs_for(before), repeats=repeats, min_repeat_ms=50)
+    except Exception as err:  # noqa: BLE001 - a module that does not build is not faster
+        log.warning("guard: timing failed (%s: %s); keeping the original", type(err).__name__, err)
+        return {"kept": False, "measured": False, "reason": f"timing failed: {type(err).__name__}: {err}"}
+    result.pop("samples_ms")
+    kept = result["ratio_low"] > 1.0
+    log.info("guard: %.3fx faster (quartiles %.3f-%.3f over %d rounds): %s", result["ratio"], result["ratio_low"],
+             result["ratio_high"], result["rounds"], "kept" if kept else "reverted to the original")
+    return dict(result, kept=kept, measured=True, seconds=time.perf_counter() - t0,
+                reason="faster in at least 3 rounds of 4" if kept else "not measurably faster")
 
 
 def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar):

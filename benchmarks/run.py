@@ -1,0 +1,382 @@
+"""The benchmark suite: TASO's workloads, optimized by tvm-taso and measured side by side.
+
+    python -m benchmarks.run [--models NAME ...] [--target llvm|cuda] [--cost auto|analytic|measure|learned]
+        [--tune-trials N] [--repeats N] [--quick] [--no-guard] [--out DIR] [--readme]
+
+For every model of :mod:`benchmarks.models`, in one run:
+
+1. build the ONNX model (``onnx.checker`` full check) and import it (``tvm_taso.load_onnx``);
+2. search (``tvm_taso.optimize`` for the target, with the chosen cost model, guarded by an
+   end-to-end timing unless ``--no-guard``): search seconds, rules applied, estimated cost;
+3. compile the original and the optimized module with the same Relax pipeline (the target's
+   default one; with ``--tune-trials N`` each module first gets N MetaSchedule trials and its
+   tuned schedules) and time them alternating on the device, ``--repeats`` rounds;
+4. export the optimized module (``tvm_taso.export_onnx``) and time the original and the
+   exported ONNX in onnxruntime the same way;
+5. check outputs on one random input: TVM without and with TasoOptimize and onnxruntime on the
+   exported model, each against onnxruntime on the original (max relative error <= 1e-4).
+
+Latencies are medians over rounds; speedups are medians of the per-round ratios, with their
+quartiles as the noise band. Writes ``results.json`` (all numbers), ``results.md`` (the table)
+and ``results.png`` (the chart) to ``--out``; ``--readme`` also rewrites README.md's Results
+section. ``--quick`` builds tiny models (seconds; run by the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import tvm_taso
+from tvm_taso import checking
+from tvm_taso.latency import CompiledModule, device_for, side_by_side, speedup
+from tvm_taso.onnx_export import export_onnx
+
+from . import models
+
+log = logging.getLogger("benchmarks.run")
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = {"llvm": {"kind": "llvm", "num-cores": os.cpu_count() or 1}, "cuda": "cuda"}
+# Search seconds published by TASO (SOSP'19) and TENSAT (MLSys'21), TASO vs TENSAT
+PUBLISHED_SEARCH_SECONDS = {
+    "bert-base": (13.6, 1.4),
+    "resnext50": (25.3, 0.7),
+    "nasnet-a": (1226.0, 10.6),
+    "nasrnn": (177.0, 0.5),
+    "inception-v3": (68.6, 5.1),
+    "squeezenet1.1": (16.4, 0.3),
+    "vgg19": (8.9, 0.4),
+}
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+# -- one model ---------------------------------------------------------------------------------
+
+
+def relax_ops(mod) -> int:
+    from tvm import relax
+
+    return sum(len(b.bindings) for b in mod["main"].body.blocks if isinstance(b, relax.DataflowBlock))
+
+
+def tuned_pipeline(mod, target, trials: int, work_dir: Path):
+    """Tune ``mod``'s fused kernels with ``trials`` MetaSchedule trials in ``work_dir``; the
+    target's pipeline with the tuned schedules applied."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_taso.measure import build_pipeline, fused_module
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ms.relax_integration.tune_relax(fused_module(mod, target), {}, target, str(work_dir), max_trials_global=trials)
+    return build_pipeline(target, database=work_dir)
+
+
+class OrtModel:
+    """An onnxruntime session (all graph optimizations, one thread per core) on fixed feeds."""
+
+    def __init__(self, proto: onnx.ModelProto, inputs: list[np.ndarray], optimized: bool = True):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = os.cpu_count() or 1
+        opts.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        )
+        self.sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self.feeds = dict(zip(checking.graph_input_names(proto, len(inputs)), inputs))
+
+    def run(self) -> list[np.ndarray]:
+        return self.sess.run(None, self.feeds)
+
+    def time_ms(self, min_repeat_ms: int = 100) -> float:
+        n, t0 = 0, time.perf_counter()
+        while True:
+            self.sess.run(None, self.feeds)
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed * 1e3 >= min_repeat_ms:
+                return elapsed * 1e3 / n
+
+
+def bench_model(name: str, args) -> dict:
+    target_spec = TARGETS.get(args.target, args.target)
+    import tvm
+
+    target = tvm.target.Target(target_spec)
+    row: dict = {"model": name, "size": "quick" if args.quick else "full", "target": args.target}
+    t0 = time.perf_counter()
+    proto = models.build(name, args.quick)
+    onnx.checker.check_model(proto, full_check=True)
+    row["build_seconds"] = time.perf_counter() - t0
+    row["onnx_nodes"] = len(proto.graph.node)
+    row["params"] = int(sum(np.prod(t.dims, dtype=np.int64) for t in proto.graph.initializer))
+
+    t0 = time.perf_counter()
+    mod = tvm_taso.load_onnx(proto)
+    row["import_seconds"] = time.perf_counter() - t0
+    inputs = checking.inputs_for(mod, seed=0)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", tvm_taso.TasoSkippedWarning)
+        new, report = tvm_taso.optimize(
+            mod, target=target, cost_model=args.cost, time_limit=args.time_limit, guard=args.guard
+        )
+    for w in caught:
+        log.warning("%s: %s", name, w.message)
+    row.update(
+        relax_ops_before=relax_ops(mod),
+        relax_ops_after=relax_ops(new),
+        cost_model=report["cost_model"]["name"],
+        search_seconds=report["search_seconds"],
+        regions=report["regions"],
+        expanded=report["expanded"],
+        applied=report["applied"],
+        rules_applied=sum(report["applied"].values()),
+        cost_before_us=report["cost_before"],
+        cost_after_us=report["cost_after"],
+        guard={k: v for k, v in report.get("guard", {}).items() if k != "reverted"}
+        | {"reverted_rules": sum(report.get("guard", {}).get("reverted", {}).values())},
+        skipped=report["skipped"],
+        unchanged=new is mod,
+    )
+    if name in PUBLISHED_SEARCH_SECONDS:
+        taso, tensat = PUBLISHED_SEARCH_SECONDS[name]
+        row.update(taso_search_seconds=taso, tensat_search_seconds=tensat,
+                   search_vs_taso=row["search_seconds"] / taso, search_vs_tensat=row["search_seconds"] / tensat)
+    log.info("%s: imported in %.1f s, searched in %.1f s, %d rewrites kept, est. cost %.3gx", name,
+             row["import_seconds"], row["search_seconds"], row["rules_applied"],
+             row["cost_before_us"] / row["cost_after_us"] if row["cost_after_us"] else 1.0)
+
+    reference = OrtModel(proto, inputs, optimized=False).run()
+    errors = {}
+    if device_for(target) is not None:
+        pipelines = {"without": None, "with": None}
+        if args.tune_trials > 0:
+            work = Path(tempfile.mkdtemp(prefix=f"tvm-taso-tune-{name}-"))
+            t0 = time.perf_counter()
+            pipelines = {k: tuned_pipeline(m, target, args.tune_trials, work / k) for k, m in (("without", mod), ("with", new))}
+            row["tune_seconds"] = time.perf_counter() - t0
+        built = {k: CompiledModule(m, target, inputs, pipelines[k]) for k, m in (("without", mod), ("with", new))}
+        for k, m in built.items():
+            errors[f"tvm_{k}"] = checking.relative_error(reference, m.run())
+        samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in built.items()},
+                               args.repeats, args.timing_limit)
+        row["tvm"] = speedup(samples["without"], samples["with"])
+        row["tvm"]["compile_seconds"] = {k: m.compile_seconds for k, m in built.items()}
+        row["tvm"]["samples_ms"] = samples
+        del built
+        log.info("%s: TVM %.2f -> %.2f ms, %.3fx (quartiles %.3f-%.3f)", name, row["tvm"]["before_ms"],
+                 row["tvm"]["after_ms"], row["tvm"]["ratio"], row["tvm"]["ratio_low"], row["tvm"]["ratio_high"])
+    else:
+        row["tvm"] = None
+        log.warning("%s: no %s device here; TVM latency not measured", name, target.kind.name)
+
+    exported = export_onnx(new)
+    onnx.checker.check_model(exported, full_check=True)
+    ort = {"without": OrtModel(proto, inputs), "with": OrtModel(exported, inputs)}
+    errors["ort_exported"] = checking.relative_error(reference, OrtModel(exported, inputs, optimized=False).run())
+    samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in ort.items()},
+                           args.repeats, args.timing_limit)
+    row["ort"] = speedup(samples["without"], samples["with"])
+    row["ort"]["samples_ms"] = samples
+    row["check"] = {"max_relative_error": errors, "tolerance": checking.TOLERANCE,
+                    "ok": all(e <= checking.TOLERANCE for e in errors.values())}
+    (log.info if row["check"]["ok"] else log.error)("%s: max relative errors %s", name,
+                                                     {k: f"{v:.2e}" for k, v in errors.items()})
+    return row
+
+
+# -- reports -----------------------------------------------------------------------------------
+
+
+def _ratio(r: dict | None) -> str:
+    if not r:
+        return "—"
+    return f"{r['ratio']:.3f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f})"
+
+
+def _ms(r: dict | None) -> str:
+    return f"{r['before_ms']:.4g} → {r['after_ms']:.4g}" if r else "—"
+
+
+def markdown(result: dict) -> str:
+    cols = ["model", "params", "import s", "search s", "vs TASO", "vs TENSAT", "rewrites kept",
+            "est. cost ratio", "TVM ms without → with", "TVM speedup", "ORT ms original → exported",
+            "ORT speedup", "max rel. err", "ok"]  # fmt: skip
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {r['error']} |" + " |" * (len(cols) - 2))
+            continue
+        est = r["cost_after_us"] / r["cost_before_us"] if r["cost_before_us"] else 1.0
+        vs = [f"{r['search_vs_taso']:.4f}×" if "search_vs_taso" in r else "—",
+              f"{r['search_vs_tensat']:.2f}×" if "search_vs_tensat" in r else "—"]
+        guard = r.get("guard") or {}
+        kept = str(r["rules_applied"]) + (f" ({guard['reverted_rules']} reverted)" if guard.get("reverted_rules") else "")
+        cells = [
+            r["model"], f"{r['params'] / 1e6:.1f} M", f"{r['import_seconds']:.1f}", f"{r['search_seconds']:.2f}",
+            *vs, kept, f"{est:.3f}", _ms(r["tvm"]), _ratio(r["tvm"]), _ms(r["ort"]), _ratio(r["ort"]),
+            f"{max(r['check']['max_relative_error'].values()):.1e}", "yes" if r["check"]["ok"] else "**NO**",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def describe_run(result: dict) -> str:
+    s = result["settings"]
+    tuning = f"{s['tune_trials']} MetaSchedule trials per module" if s["tune_trials"] else "no tuning"
+    return (
+        f"{result['date']}, {result['machine']}; target {s['target']}, cost model `{s['cost']}`, {tuning}, "
+        f"guard {'on' if s['guard'] else 'off'}, {s['repeats']} rounds; `{result['command']}`. Speedups are "
+        "medians of per-round ratios (without / with), quartiles in brackets; search times are ratios "
+        "to TASO's and TENSAT's published ones (smaller is faster)."
+    )
+
+
+def chart(result: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed (pip install 'tvm-taso[bench]'); no chart written")
+        return False
+    rows = [r for r in result["rows"] if "error" not in r]
+    names = [r["model"] for r in rows]
+    x = np.arange(len(rows))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    for i, (key, label) in enumerate((("tvm", "TVM + TasoOptimize"), ("ort", "onnxruntime, exported model"))):
+        vals = [r[key]["ratio"] if r.get(key) else np.nan for r in rows]
+        low = [r[key]["ratio"] - r[key]["ratio_low"] if r.get(key) else 0 for r in rows]
+        high = [r[key]["ratio_high"] - r[key]["ratio"] if r.get(key) else 0 for r in rows]
+        ax1.bar(x + (i - 0.5) * 0.38, vals, 0.38, yerr=[low, high], capsize=3, label=label)
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_xticks(x, names, rotation=30, ha="right")
+    ax1.set_ylabel("speedup over the original (median, quartiles)")
+    ax1.legend(fontsize=8)
+    ax1.set_title(f"latency, {result['settings']['target']}")
+    ours = [r["search_seconds"] for r in rows]
+    taso = [r.get("taso_search_seconds", np.nan) for r in rows]
+    tensat = [r.get("tensat_search_seconds", np.nan) for r in rows]
+    for i, (vals, label) in enumerate(((ours, "tvm-taso (this run)"), (taso, "TASO (published)"),
+                                       (tensat, "TENSAT (published)"))):
+        ax2.bar(x + (i - 1) * 0.27, vals, 0.27, label=label)
+    ax2.set_yscale("log")
+    ax2.set_xticks(x, names, rotation=30, ha="right")
+    ax2.set_ylabel("search seconds (log)")
+    ax2.legend(fontsize=8)
+    ax2.set_title("search time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def update_readme(result: dict, readme: Path, chart_path: Path | None) -> None:
+    """Replace the text between the results markers of ``readme`` with this run's table."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise SystemExit(f"{readme} has no {README_START} ... {README_END} section to rewrite")
+    body = [README_START, "", describe_run(result), "", markdown(result), ""]
+    if chart_path is not None:
+        body += [f"![benchmark chart]({chart_path.relative_to(readme.parent).as_posix()})", ""]
+    body.append(README_END)
+    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
+    readme.write_text(pattern.sub(lambda _: "\n".join(body), text, count=1))
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", choices=list(models.MODELS), default=list(models.MODELS))
+    ap.add_argument("--target", default="llvm", help="llvm (this CPU, default) or cuda (needs a GPU to time)")
+    ap.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned"],
+                    help="cost model of the search (default auto: see tvm-taso optimize --help)")
+    ap.add_argument("--tune-trials", type=int, default=0,
+                    help="MetaSchedule trials given to each module before timing (default 0: untuned)")
+    ap.add_argument("--repeats", type=int, default=None, help="timing rounds (default 10, 3 with --quick)")
+    ap.add_argument("--timing-limit", type=float, default=120.0,
+                    help="seconds of timing per model and runtime; stops early after at least 2 rounds")
+    ap.add_argument("--min-repeat-ms", type=int, default=200, help="each sample averages calls for this long")
+    ap.add_argument("--time-limit", type=float, default=600.0, help="search time limit per model (seconds)")
+    ap.add_argument("--no-guard", dest="guard", action="store_false",
+                    help="keep whatever the search chose, without the end-to-end timing check")
+    ap.add_argument("--quick", action="store_true", help="tiny versions of the models (seconds each)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="where results go")
+    ap.add_argument("--readme", action="store_true", help="rewrite the Results section of README.md")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 10
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if not args.verbose:
+        logging.getLogger("tvm_taso").setLevel(logging.WARNING)
+        logging.getLogger("tvm_taso.optimize").setLevel(logging.INFO)  # the guard's verdict
+
+    command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "command": command.strip(),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "verbose"},
+        "versions": {"tvm": __import__("tvm").__version__, "onnx": onnx.__version__,
+                     "onnxruntime": __import__("onnxruntime").__version__},
+        "rows": [],
+    }
+    t_all = time.perf_counter()
+    for name in args.models:
+        t0 = time.perf_counter()
+        try:
+            row = bench_model(name, args)
+        except Exception as err:  # noqa: BLE001 - one broken model must not lose the others' numbers
+            log.exception("%s failed", name)
+            row = {"model": name, "error": f"{type(err).__name__}: {err}"}
+        row["wall_seconds"] = time.perf_counter() - t0
+        result["rows"].append(row)
+    result["wall_seconds"] = time.perf_counter() - t_all
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(result, indent=2, default=str))
+    table = markdown(result)
+    (args.out / "results.md").write_text(describe_run(result) + "\n\n" + table + "\n")
+    has_chart = chart(result, args.out / "results.png")
+    if args.readme:
+        update_readme(result, ROOT / "README.md", args.out / "results.png" if has_chart else None)
+    print(table)
+    log.info("results in %s (%.0f s)", args.out, result["wall_seconds"])
+    ok = all("error" not in r and r["check"]["ok"] for r in result["rows"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

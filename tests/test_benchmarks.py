@@ -1,0 +1,75 @@
+"""The benchmark suite: every model builds at full size as TASO describes it, and the harness
+(``python -m benchmarks.run --quick``) runs end to end on tiny versions -- search, TVM timing
+with and without TasoOptimize, onnxruntime timing of the exported model, numerical check."""
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed
+from benchmarks import models, run  # noqa: E402
+
+pytest.importorskip("onnxruntime")
+
+
+def _ops(model):
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+def _params(model):
+    return sum(int(onnx.numpy_helper.to_array(t).size) for t in model.graph.initializer)
+
+
+def test_cnn_builders_follow_torchvision():
+    resnext = models.build("resnext50")
+    grouped = [n for n in resnext.graph.node if n.op_type == "Conv" and any(a.name == "group" and a.i == 32 for a in n.attribute)]
+    assert len(grouped) == 16 and _ops(resnext)["Conv"] == 53
+    assert abs(_params(resnext) - 25.03e6) < 0.1e6  # torchvision's resnext50_32x4d, plus BN statistics
+    squeeze = models.build("squeezenet1.1")
+    assert _ops(squeeze)["Concat"] == 8 and _params(squeeze) == 1_235_496
+    inception = models.build("inception-v3", image=75, width=0.125)
+    assert _ops(inception)["Concat"] == 11 + 4  # 11 blocks, E's two inner concats x2
+    nasnet = models.build("nasnet-a", image=32, channels=8)
+    assert _ops(nasnet)["Concat"] == 18  # 3 stages x (5 normal + 1 reduction) cells
+
+
+def test_transformer_and_rnn_builders():
+    bert = models.build("bert-base", layers=2, seq=8, hidden=32, heads=4, ffn=64, vocab=50, max_positions=8)
+    ops = _ops(bert)
+    assert ops["MatMul"] == 2 * 8 and ops["LayerNormalization"] == 2 * 2 + 1 and ops["Softmax"] == 2
+    rnn = models.build("nasrnn")
+    assert _ops(rnn)["MatMul"] == 5 * 16  # 5 steps x 8 (input, hidden) matmul pairs
+    assert len(rnn.graph.input) == 5
+
+
+def test_quick_harness_end_to_end(tmp_path):
+    names = ["resnext50", "squeezenet1.1", "nasrnn"]
+    status = run.main(["--quick", "--models", *names, "--repeats", "2", "--min-repeat-ms", "5",
+                       "--out", str(tmp_path)])
+    assert status == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    rows = {r["model"]: r for r in result["rows"]}
+    assert set(rows) == set(names)
+    for r in rows.values():
+        assert r["check"]["ok"] and max(r["check"]["max_relative_error"].values()) <= 1e-4
+        assert r["tvm"]["rounds"] == 2 and r["tvm"]["before_ms"] > 0 and r["ort"]["after_ms"] > 0
+        assert r["search_seconds"] < r["taso_search_seconds"]
+        # the guard keeps a rewrite only when it measured faster; otherwise the model is untouched
+        assert r["guard"].get("kept", True) or r["unchanged"]
+    table = (tmp_path / "results.md").read_text()
+    assert all(f"| {n} |" in table for n in names)
+    assert (tmp_path / "results.png").stat().st_size > 10_000
+
+
+def test_readme_section_is_rewritten(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## Results\n\n{run.README_START}\nold\n{run.README_END}\n\nafter\n")
+    result = {"date": "2026-12-02", "machine": "m", "command": "c", "rows": [],
+              "settings": {"target": "llvm", "cost": "auto", "tune_trials": 0, "guard": True, "repeats": 3}}
+    run.update_readme(result, readme, None)
+    text = readme.read_text()
+    assert "old" not in text and "| model |" in text and text.endswith("after\n") and "2026-12-02" in text

@@ -1,0 +1,115 @@
+"""Latency measured side by side: several variants of one computation timed in the same run,
+alternating (the order flips every round so that neither variant always runs on a warmer
+machine), and each ratio computed pair by pair before taking medians -- machines drift, and a
+ratio of two medians taken minutes apart mixes the drift into the result.
+
+Used by the guard of :func:`tvm_taso.optimize` (keep a rewrite only when it is measured
+faster), by ``tvm-taso bench`` and by the benchmark harness (``python -m benchmarks.run``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def device_for(target):
+    """The device of this machine that runs code built for ``target``, or None."""
+    import tvm
+
+    target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
+    kind = target.kind.name
+    dev = tvm.cpu(0) if kind in ("llvm", "c") else tvm.device(kind, 0)
+    try:
+        return dev if dev.exist else None
+    except Exception:  # noqa: BLE001 - no driver for the kind at all
+        return None
+
+
+class CompiledModule:
+    """``mod`` compiled for ``target`` with a Relax pipeline, loaded on the device with its inputs."""
+
+    def __init__(self, mod, target, inputs: list[np.ndarray], pipeline=None):
+        import tvm
+        from tvm import relax
+
+        self.target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
+        self.dev = device_for(self.target)
+        if self.dev is None:
+            raise RuntimeError(f"no {self.target.kind.name} device on this machine to run on")
+        t0 = time.perf_counter()
+        with self.target:
+            pipeline = relax.get_default_pipeline(self.target) if pipeline is None else pipeline
+            exe = tvm.compile(mod, target=self.target, relax_pipeline=pipeline)
+        self.compile_seconds = time.perf_counter() - t0
+        self.vm = relax.VirtualMachine(exe, self.dev)
+        self.args = [tvm.runtime.tensor(a, self.dev) for a in inputs]
+
+    def run(self) -> list[np.ndarray]:
+        return _numpy_outputs(self.vm["main"](*self.args))
+
+    def time_ms(self, min_repeat_ms: int = 100) -> float:
+        """One sample: mean milliseconds per call over at least ``min_repeat_ms``."""
+        timer = self.vm.time_evaluator("main", self.dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
+        return float(timer(*self.args).mean) * 1e3
+
+
+def _numpy_outputs(value) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    out = []
+    for v in value:
+        out.extend(_numpy_outputs(v))
+    return out
+
+
+def side_by_side(samplers: dict[str, Callable[[], float]], repeats: int, time_limit: float | None = None) -> dict:
+    """Call every sampler (each returns one latency sample, in ms) once per round, alternating
+    the order, for ``repeats`` rounds (fewer, but at least 2, if ``time_limit`` seconds pass).
+    Returns ``{name: [ms, ...]}``; sample ``i`` of every variant comes from round ``i``."""
+    for sample in samplers.values():
+        sample()  # warm up: first calls pay for page faults and lazy initialisation
+    names = list(samplers)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    t0 = time.perf_counter()
+    for r in range(max(1, repeats)):
+        for name in names if r % 2 == 0 else reversed(names):
+            samples[name].append(samplers[name]())
+        if time_limit is not None and r >= 1 and time.perf_counter() - t0 > time_limit:
+            log.info("stopped timing after %d rounds (%.0f s)", r + 1, time.perf_counter() - t0)
+            break
+    return samples
+
+
+def speedup(before_ms: list[float], after_ms: list[float]) -> dict:
+    """``before / after`` pair by pair: the median ratio and its quartiles (the noise band)."""
+    ratios = np.asarray(before_ms, dtype=float) / np.asarray(after_ms, dtype=float)
+    low, median, high = np.percentile(ratios, [25, 50, 75])
+    return {
+        "ratio": float(median),
+        "ratio_low": float(low),
+        "ratio_high": float(high),
+        "before_ms": float(np.median(before_ms)),
+        "after_ms": float(np.median(after_ms)),
+        "rounds": len(ratios),
+    }
+
+
+def compare_modules(before, after, target, inputs: list[np.ndarray], repeats: int = 10, pipeline=None,
+                    min_repeat_ms: int = 100, time_limit: float | None = None) -> dict:
+    """Compile both modules with the same pipeline and time them side by side on ``target``.
+    Returns :func:`speedup`'s summary plus ``compile_seconds`` and the raw samples."""
+    built = {
+        "before": CompiledModule(before, target, inputs, pipeline),
+        "after": CompiledModule(after, target, inputs, pipeline),
+    }
+    samples = side_by_side({k: (lambda m=m: m.time_ms(min_repeat_ms)) for k, m in built.items()}, repeats, time_limit)
+    result = speedup(samples["before"], samples["after"])
+    result["compile_seconds"] = {k: m.compile_seconds for k, m in built.items()}
+    result["samples_ms"] = samples
+    return result
