@@ -42,7 +42,7 @@ import onnx
 
 import tvm_taso
 from tvm_taso import checking
-from tvm_taso.latency import CompiledModule, device_for, side_by_side, speedup
+from tvm_taso.latency import CompiledModule, device_for, is_faster, side_by_side, speedup
 from tvm_taso.onnx_export import export_onnx
 
 from . import models
@@ -85,14 +85,52 @@ def tuned_pipeline(mod, target, trials: int, work_dir: Path):
     return build_pipeline(target, database=work_dir)
 
 
+class TunedGuard:
+    """The guard of :func:`tvm_taso.optimize` on tuned builds: tune the original and the
+    rewritten module with the same trial budget, time them side by side, keep the rewrite
+    only if it won at least three rounds in four. Keeps the builds for the benchmark itself."""
+
+    __name__ = "tuned"
+
+    def __init__(self, target, inputs, trials: int, repeats: int, min_repeat_ms: int, work_dir: Path):
+        self.target, self.inputs, self.trials = target, inputs, trials
+        self.repeats, self.min_repeat_ms, self.work_dir = repeats, min_repeat_ms, work_dir
+        self.built: dict[str, CompiledModule] = {}
+        self.tune_seconds = 0.0
+
+    def build(self, mod, key: str) -> CompiledModule:
+        t0 = time.perf_counter()
+        pipeline = tuned_pipeline(mod, self.target, self.trials, self.work_dir / key)
+        self.tune_seconds += time.perf_counter() - t0
+        self.built[key] = CompiledModule(mod, self.target, self.inputs, pipeline)
+        return self.built[key]
+
+    def __call__(self, before, after) -> dict:
+        t0 = time.perf_counter()
+        pair = {"without": self.build(before, "without"), "with": self.build(after, "with")}
+        samples = side_by_side({k: (lambda m=m: m.time_ms(self.min_repeat_ms)) for k, m in pair.items()},
+                               self.repeats)
+        verdict = speedup(samples["without"], samples["with"])
+        kept = is_faster(verdict)
+        if not kept:
+            self.built["with"] = self.built["without"]  # the optimizer returns the original module
+        return dict(verdict, kept=kept, measured=True, seconds=time.perf_counter() - t0,
+                    reason=f"{self.trials} MetaSchedule trials per module; "
+                    + ("faster in at least 3 rounds of 4" if kept else "not measurably faster"))
+
+
 class OrtModel:
-    """An onnxruntime session (all graph optimizations, one thread per core) on fixed feeds."""
+    """An onnxruntime session (all graph optimizations, one thread per core, no spinning) on
+    fixed feeds."""
 
     def __init__(self, proto: onnx.ModelProto, inputs: list[np.ndarray], optimized: bool = True):
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = os.cpu_count() or 1
+        # a session's idle threads spin for a while after each run, taking the cores from
+        # whichever session runs next: measured, that skewed side-by-side ratios by up to 14%
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.graph_optimization_level = (
             ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
@@ -130,11 +168,15 @@ def bench_model(name: str, args) -> dict:
     row["import_seconds"] = time.perf_counter() - t0
     inputs = checking.inputs_for(mod, seed=0)
 
+    has_device = device_for(target) is not None
+    tuned = None
+    if args.tune_trials > 0 and has_device:
+        tuned = TunedGuard(target, inputs, args.tune_trials, args.repeats, args.min_repeat_ms,
+                           Path(tempfile.mkdtemp(prefix=f"tvm-taso-tune-{name}-")))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", tvm_taso.TasoSkippedWarning)
-        new, report = tvm_taso.optimize(
-            mod, target=target, cost_model=args.cost, time_limit=args.time_limit, guard=args.guard
-        )
+        new, report = tvm_taso.optimize(mod, target=target, cost_model=args.cost, time_limit=args.time_limit,
+                                        guard=(tuned or True) if args.guard else False)
     for w in caught:
         log.warning("%s: %s", name, w.message)
     row.update(
@@ -163,14 +205,16 @@ def bench_model(name: str, args) -> dict:
 
     reference = OrtModel(proto, inputs, optimized=False).run()
     errors = {}
-    if device_for(target) is not None:
-        pipelines = {"without": None, "with": None}
-        if args.tune_trials > 0:
-            work = Path(tempfile.mkdtemp(prefix=f"tvm-taso-tune-{name}-"))
-            t0 = time.perf_counter()
-            pipelines = {k: tuned_pipeline(m, target, args.tune_trials, work / k) for k, m in (("without", mod), ("with", new))}
-            row["tune_seconds"] = time.perf_counter() - t0
-        built = {k: CompiledModule(m, target, inputs, pipelines[k]) for k, m in (("without", mod), ("with", new))}
+    if has_device:
+        if tuned is None:
+            built = {k: CompiledModule(m, target, inputs) for k, m in (("without", mod), ("with", new))}
+        else:  # the guard tuned and built both unless the search changed nothing or was not guarded
+            if "without" not in tuned.built:
+                tuned.build(mod, "without")
+            if "with" not in tuned.built:
+                tuned.built["with"] = tuned.built["without"] if new is mod else tuned.build(new, "with")
+            built = tuned.built
+            row["tune_seconds"] = tuned.tune_seconds
         for k, m in built.items():
             errors[f"tvm_{k}"] = checking.relative_error(reference, m.run())
         samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in built.items()},
@@ -187,11 +231,15 @@ def bench_model(name: str, args) -> dict:
 
     exported = export_onnx(new)
     onnx.checker.check_model(exported, full_check=True)
-    ort = {"without": OrtModel(proto, inputs), "with": OrtModel(exported, inputs)}
     errors["ort_exported"] = checking.relative_error(reference, OrtModel(exported, inputs, optimized=False).run())
+    # the round trip alone (import, export, no rewrite) changes how onnxruntime runs a model; its
+    # own column keeps that apart from what the rewrites buy
+    ort = {"original": OrtModel(proto, inputs), "round trip": OrtModel(export_onnx(mod), inputs),
+           "optimized": OrtModel(exported, inputs)}
     samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in ort.items()},
-                           args.repeats, args.timing_limit)
-    row["ort"] = speedup(samples["without"], samples["with"])
+                           args.ort_repeats or 3 * args.repeats, args.timing_limit)
+    row["ort"] = speedup(samples["original"], samples["optimized"])
+    row["ort"]["rewrites_only"] = speedup(samples["round trip"], samples["optimized"])
     row["ort"]["samples_ms"] = samples
     row["check"] = {"max_relative_error": errors, "tolerance": checking.TOLERANCE,
                     "ok": all(e <= checking.TOLERANCE for e in errors.values())}
@@ -214,9 +262,9 @@ def _ms(r: dict | None) -> str:
 
 
 def markdown(result: dict) -> str:
-    cols = ["model", "params", "import s", "search s", "vs TASO", "vs TENSAT", "rewrites kept",
+    cols = ["model", "params", "import s", "search s", "vs TASO", "vs TENSAT", "guard s", "rewrites kept",
             "est. cost ratio", "TVM ms without → with", "TVM speedup", "ORT ms original → exported",
-            "ORT speedup", "max rel. err", "ok"]  # fmt: skip
+            "ORT speedup", "ORT, rewrites only", "max rel. err", "ok"]  # fmt: skip
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in result["rows"]:
         if "error" in r:
@@ -227,9 +275,11 @@ def markdown(result: dict) -> str:
               f"{r['search_vs_tensat']:.2f}×" if "search_vs_tensat" in r else "—"]
         guard = r.get("guard") or {}
         kept = str(r["rules_applied"]) + (f" ({guard['reverted_rules']} reverted)" if guard.get("reverted_rules") else "")
+        if r.get("unchanged"):
+            kept += ", model unchanged"
         cells = [
             r["model"], f"{r['params'] / 1e6:.1f} M", f"{r['import_seconds']:.1f}", f"{r['search_seconds']:.2f}",
-            *vs, kept, f"{est:.3f}", _ms(r["tvm"]), _ratio(r["tvm"]), _ms(r["ort"]), _ratio(r["ort"]),
+            *vs, f"{guard['seconds']:.0f}" if "seconds" in guard else "—", kept, f"{est:.3f}", _ms(r["tvm"]), _ratio(r["tvm"]), _ms(r["ort"]), _ratio(r["ort"]), _ratio(r["ort"].get("rewrites_only")),
             f"{max(r['check']['max_relative_error'].values()):.1e}", "yes" if r["check"]["ok"] else "**NO**",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
@@ -242,8 +292,12 @@ def describe_run(result: dict) -> str:
     return (
         f"{result['date']}, {result['machine']}; target {s['target']}, cost model `{s['cost']}`, {tuning}, "
         f"guard {'on' if s['guard'] else 'off'}, {s['repeats']} rounds; `{result['command']}`. Speedups are "
-        "medians of per-round ratios (without / with), quartiles in brackets; search times are ratios "
-        "to TASO's and TENSAT's published ones (smaller is faster)."
+        "medians of per-round ratios (without / with), quartiles in brackets; an unchanged model is "
+        "compiled twice and timed against itself, so its ratio shows the noise. ORT: the original "
+        "ONNX against the exported optimized one; *rewrites only*: the exported unoptimized import "
+        "against the exported optimized one. Search times are ratios to TASO's and TENSAT's "
+        "published ones (smaller is faster); guard s: the end-to-end timing that decides whether "
+        "the rewrites are kept."
     )
 
 
@@ -324,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune-trials", type=int, default=0,
                     help="MetaSchedule trials given to each module before timing (default 0: untuned)")
     ap.add_argument("--repeats", type=int, default=None, help="timing rounds (default 10, 3 with --quick)")
+    ap.add_argument("--ort-repeats", type=int, default=None,
+                    help="onnxruntime timing rounds (default 3 x --repeats: its runs are short)")
     ap.add_argument("--timing-limit", type=float, default=120.0,
                     help="seconds of timing per model and runtime; stops early after at least 2 rounds")
     ap.add_argument("--min-repeat-ms", type=int, default=200, help="each sample averages calls for this long")
@@ -333,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny versions of the models (seconds each)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="where results go")
     ap.add_argument("--readme", action="store_true", help="rewrite the Results section of README.md")
+    ap.add_argument("--render", type=Path, metavar="RESULTS.json",
+                    help="measure nothing: write the table and chart (and --readme) from an earlier run")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.repeats is None:
@@ -343,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("tvm_taso").setLevel(logging.WARNING)
         logging.getLogger("tvm_taso.optimize").setLevel(logging.INFO)  # the guard's verdict
 
+    if args.render is not None:
+        result = json.loads(args.render.read_text())
+        return report(result, args.render.parent, args.readme)
     command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
     result = {
         "date": datetime.date.today().isoformat(),
@@ -367,13 +428,19 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(result, indent=2, default=str))
-    table = markdown(result)
-    (args.out / "results.md").write_text(describe_run(result) + "\n\n" + table + "\n")
-    has_chart = chart(result, args.out / "results.png")
-    if args.readme:
-        update_readme(result, ROOT / "README.md", args.out / "results.png" if has_chart else None)
-    print(table)
     log.info("results in %s (%.0f s)", args.out, result["wall_seconds"])
+    return report(result, args.out, args.readme)
+
+
+def report(result: dict, out: Path, readme: bool) -> int:
+    """Write ``results.md`` and ``results.png`` to ``out`` (and README's section); print the
+    table. The exit status: 0 when every model ran and kept its outputs."""
+    table = markdown(result)
+    (out / "results.md").write_text(describe_run(result) + "\n\n" + table + "\n")
+    has_chart = chart(result, out / "results.png")
+    if readme:
+        update_readme(result, ROOT / "README.md", out / "results.png" if has_chart else None)
+    print(table)
     ok = all("error" not in r and r["check"]["ok"] for r in result["rows"])
     return 0 if ok else 1
 

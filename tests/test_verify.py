@@ -151,6 +151,20 @@ def test_ops_outside_the_algebra_are_unsupported(prover):
     assert res.status == "unsupported" and "reshape" in res.reason
 
 
+def test_a_timeout_restarts_with_another_seed(prover, monkeypatch):
+    # Z3's time on a proof depends on its random seed; a seed that stalls must not cost the proof
+    real, seeds = prover.solver, []
+
+    def stalling_first_seed(seconds, seed=0):
+        seeds.append(seed)
+        return real(0.001 if seed == 0 else seconds, seed)
+
+    monkeypatch.setattr(prover, "solver", stalling_first_seed)
+    res = prover.prove(CORE["merge-matmul-bias-shared-lhs"], timeout=10)
+    assert res.status == "proved", res.reason
+    assert seeds[:2] == [0, 1]
+
+
 def test_every_hand_written_rule_is_proved_or_unsupported():
     results = verify.verify_rules(list(CORE.values()), timeout=10)
     bad = [(r.name, r.status, r.reason) for r in results if r.status not in ("proved", "unsupported")]

@@ -69,16 +69,19 @@ def _numpy_outputs(value) -> list[np.ndarray]:
 
 
 def side_by_side(samplers: dict[str, Callable[[], float]], repeats: int, time_limit: float | None = None) -> dict:
-    """Call every sampler (each returns one latency sample, in ms) once per round, alternating
-    the order, for ``repeats`` rounds (fewer, but at least 2, if ``time_limit`` seconds pass).
-    Returns ``{name: [ms, ...]}``; sample ``i`` of every variant comes from round ``i``."""
+    """Call every sampler (each returns one latency sample, in ms) once per round, rotating
+    the order (A B, B A for two; A B C, B C A, C A B for three) so that every variant runs in
+    every position equally often, for ``repeats`` rounds (fewer, but at least 2, if
+    ``time_limit`` seconds pass). Returns ``{name: [ms, ...]}``; sample ``i`` of every variant
+    comes from round ``i``."""
     for sample in samplers.values():
         sample()  # warm up: first calls pay for page faults and lazy initialisation
     names = list(samplers)
     samples: dict[str, list[float]] = {n: [] for n in names}
     t0 = time.perf_counter()
     for r in range(max(1, repeats)):
-        for name in names if r % 2 == 0 else reversed(names):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
             samples[name].append(samplers[name]())
         if time_limit is not None and r >= 1 and time.perf_counter() - t0 > time_limit:
             log.info("stopped timing after %d rounds (%.0f s)", r + 1, time.perf_counter() - t0)
@@ -98,6 +101,12 @@ def speedup(before_ms: list[float], after_ms: list[float]) -> dict:
         "after_ms": float(np.median(after_ms)),
         "rounds": len(ratios),
     }
+
+
+def is_faster(summary: dict) -> bool:
+    """The guard's rule: the rewrite won at least three rounds in four (lower quartile of the
+    pairwise speedups above 1), so one lucky round cannot keep a rewrite that is not faster."""
+    return summary["ratio_low"] > 1.0
 
 
 def compare_modules(before, after, target, inputs: list[np.ndarray], repeats: int = 10, pipeline=None,

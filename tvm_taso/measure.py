@@ -154,13 +154,14 @@ def build_pipeline(target, database: str | None = None):
         return relax.get_default_pipeline(target)
     backend = _backend(target)
     head, tail = _split_at_fusion(target)
-    passes = head + [relax.transform.MetaScheduleApplyDatabase(work_dir=str(database))] + tail
 
     @tvm.transform.module_pass(opt_level=0)
     def _pipeline(mod, _ctx):
-        with target:
+        with target:  # MetaScheduleApplyDatabase reads the target from the context when created
+            apply = relax.transform.MetaScheduleApplyDatabase(work_dir=str(database))
             seq = tvm.transform.Sequential(
-                passes + list(backend.dataflow_lower_passes(target)) + list(backend.finalize_passes(target))
+                head + [apply] + tail + list(backend.dataflow_lower_passes(target))
+                + list(backend.finalize_passes(target))
             )
             return seq(mod)
 

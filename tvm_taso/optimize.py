@@ -106,7 +106,7 @@ def optimize(
     time_limit: float = 60.0,
     region_size: int = 32,
     progress: bool = False,
-    guard: bool = False,
+    guard=False,
     guard_repeats: int = 7,
 ) -> tuple[tvm.IRModule, dict]:
     """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
@@ -126,7 +126,9 @@ def optimize(
         it was faster in at least three rounds out of four (the lower quartile of the pairwise
         speedups above 1); otherwise return ``mod`` unchanged. A cost model is a prediction; the
         guard makes "never slower than before" a measured fact, at the price of two builds.
-        Without a device for the target the rewrite is kept and the report says so.
+        Without a device for the target the rewrite is kept and the report says so. A callable
+        ``guard(before, after) -> dict`` (with at least ``"kept"``) decides instead, e.g. on
+        MetaSchedule-tuned builds; its dict becomes ``report["guard"]``.
 
     Returns ``(new_mod, report)``; the report is JSON-serializable: ``cost_before``,
     ``cost_after`` (microseconds, by the cost model), ``search_seconds``, ``expanded``,
@@ -191,10 +193,10 @@ def optimize(
         "curve": _curve(t0, cost_before, stats.curve),
         "rewrites": stats.rewrites,
         "settings": {"alpha": alpha, "budget": budget, "time_limit": time_limit, "region_size": region_size,
-                     "guard": guard},
+                     "guard": guard if isinstance(guard, bool) else getattr(guard, "__name__", type(guard).__name__)},
     }
     if guard and new_mod is not mod:
-        report["guard"] = _guard(mod, new_mod, target, guard_repeats)
+        report["guard"] = guard(mod, new_mod) if callable(guard) else _guard(mod, new_mod, target, guard_repeats)
         if not report["guard"]["kept"]:
             new_mod = mod
             report["guard"]["reverted"] = report["applied"]
@@ -221,7 +223,7 @@ def optimize(
 def _guard(before: tvm.IRModule, after: tvm.IRModule, target, repeats: int) -> dict:
     """Time both modules side by side; keep ``after`` if it won at least 3 rounds in 4."""
     from .checking import inputs_for
-    from .latency import compare_modules, device_for
+    from .latency import compare_modules, device_for, is_faster
 
     target = tvm.target.Target(target if target is not None else "llvm")
     if device_for(target) is None:
@@ -234,7 +236,7 @@ def _guard(before: tvm.IRModule, after: tvm.IRModule, target, repeats: int) -> d
         log.warning("guard: timing failed (%s: %s); keeping the original", type(err).__name__, err)
         return {"kept": False, "measured": False, "reason": f"timing failed: {type(err).__name__}: {err}"}
     result.pop("samples_ms")
-    kept = result["ratio_low"] > 1.0
+    kept = is_faster(result)
     log.info("guard: %.3fx faster (quartiles %.3f-%.3f over %d rounds): %s", result["ratio"], result["ratio_low"],
              result["ratio_high"], result["rounds"], "kept" if kept else "reverted to the original")
     return dict(result, kept=kept, measured=True, seconds=time.perf_counter() - t0,

@@ -488,11 +488,16 @@ class Prover:
         self.alg = ax.Z3Algebra()
         self.formulas = ax.formulas(self.alg, axioms)
 
-    def solver(self, seconds: float):
+    # A proof that takes 0.1 s with one random seed can run past any timeout with another (and
+    # the seed's effect shifts with every term created before), so a timeout restarts the
+    # search with the next seed and twice the budget, until the rule's timeout is spent.
+    first_attempt_seconds = 1.0
+
+    def solver(self, seconds: float, seed: int = 0):
         z3 = self.alg.z3
         s = z3.Solver()
         s.set("timeout", max(1, int(seconds * 1000)))
-        s.set("random_seed", 0)
+        s.set("random_seed", seed)
         # E-matching only: with auto_config Z3 turns model-based quantifier instantiation back
         # on, which on an unprovable rule can run for minutes past the timeout.
         s.set("auto_config", False)
@@ -520,16 +525,9 @@ class Prover:
             left = timeout - (time.perf_counter() - t0)
             if left <= 0:
                 return result("unknown", f"timeout ({timeout:g} s) before output {i}", tr.dropped)
-            # A fresh, non-incremental solver per output: push/pop or assumption literals switch
-            # Z3 to incremental mode, which skips the preprocessing that makes these proofs fast
-            # (and a push saturates E-matching with no timeout).
-            s = self.solver(left)
-            s.add(tr.facts(self.alg))
-            s.add(a != b)
-            r = s.check()
+            r, why = self._check(tr, a, b, left)
             if r == z3.unsat:
                 continue
-            why = "" if r == z3.sat else s.reason_unknown()
             saturated = r == z3.sat or "incomplete quantifiers" in why
             cex = refute(rule, min(self.refute_seconds, max(0.5, timeout - (time.perf_counter() - t0))))
             if cex:
@@ -537,12 +535,35 @@ class Prover:
             if saturated:
                 return result("failed", f"output {i}: not implied by the axioms (E-matching saturated; "
                               "a missing axiom or a wrong rule; no counterexample found)", tr.dropped)
-            why = "timeout" if "timeout" in why or "canceled" in why else why
             return result("unknown", f"output {i}: {why} after {time.perf_counter() - t0:.1f} s", tr.dropped)
         reason = ""
         if tr.dropped:
             reason = f"without {len(tr.dropped)} condition(s) the algebra cannot express"
         return result("proved", reason, tr.dropped)
+
+
+    def _check(self, tr, a, b, seconds: float):
+        """Checks ``a != b`` against the axioms; returns (z3 result, reason when unknown)."""
+        z3 = self.alg.z3
+        deadline = time.perf_counter() + seconds
+        budget, seed = self.first_attempt_seconds, 0
+        while True:
+            left = deadline - time.perf_counter()
+            # A fresh, non-incremental solver per attempt: push/pop or assumption literals switch
+            # Z3 to incremental mode, which skips the preprocessing that makes these proofs fast
+            # (and a push saturates E-matching with no timeout).
+            s = self.solver(min(budget, left) if left > 1.5 * budget else left, seed)
+            s.add(tr.facts(self.alg))
+            s.add(a != b)
+            r = s.check()
+            if r != z3.unknown:
+                return r, ""
+            why = s.reason_unknown()
+            if not ("timeout" in why or "canceled" in why):
+                return r, why
+            if deadline - time.perf_counter() <= 0.05:
+                return r, "timeout"
+            budget, seed = 2 * budget, seed + 1
 
 
 def verify_rules(rules: list[Rule], timeout: float = 10.0, progress: bool = False, time_limit: float | None = None,
