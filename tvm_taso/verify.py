@@ -541,7 +541,6 @@ class Prover:
             reason = f"without {len(tr.dropped)} condition(s) the algebra cannot express"
         return result("proved", reason, tr.dropped)
 
-
     def _check(self, tr, a, b, seconds: float):
         """Checks ``a != b`` against the axioms; returns (z3 result, reason when unknown)."""
         z3 = self.alg.z3
@@ -552,7 +551,7 @@ class Prover:
             # A fresh, non-incremental solver per attempt: push/pop or assumption literals switch
             # Z3 to incremental mode, which skips the preprocessing that makes these proofs fast
             # (and a push saturates E-matching with no timeout).
-            s = self.solver(min(budget, left) if left > 1.5 * budget else left, seed)
+            s = self.solver(budget if left > 1.5 * budget else left, seed)
             s.add(tr.facts(self.alg))
             s.add(a != b)
             r = s.check()
