@@ -9,7 +9,7 @@ packed TVM first), bounded by ``--deadline`` seconds in all:
 
 For each model (small to large; the ones that no longer fit in the deadline are skipped) it
 compiles and times the original module, then ``tvm_taso.optimize`` with
-``cost_model="analytic"`` and with a :class:`~tvm_taso.measure.MeasuredCost` (each new kernel
+``cost_model="analytic"`` and with a :class:`~tvm_taso.cost.measure.MeasuredCost` (each new kernel
 built with the target's default pipeline and timed on the device, recorded in
 ``$TVM_TASO_CACHE/measurements.jsonl``), compiles and times both results, checks their
 outputs against the original's, and prints a markdown table. ``--out`` receives
@@ -61,7 +61,7 @@ def compile_and_time(mod, target, inputs, compile_only: bool, repeat: int) -> di
     import tvm
     from tvm import relax
 
-    from tvm_taso import examples
+    from tvm_taso.runtime import flatten
 
     t0 = time.perf_counter()
     with target:
@@ -77,7 +77,7 @@ def compile_and_time(mod, target, inputs, compile_only: bool, repeat: int) -> di
     dev.sync()
     timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=20)
     samples = [s * 1e6 for s in timer(*args).results]
-    out.update(latency_us=float(np.median(samples)), outputs=examples._flatten(result))
+    out.update(latency_us=float(np.median(samples)), outputs=flatten(result))
     return out
 
 
@@ -114,12 +114,12 @@ def local_cuda_target():
 
 def build_kernels_only(mod, target) -> dict:
     """``--compile-only``: build every kernel of the original graph the way
-    :func:`~tvm_taso.measure.measure_kernel` does (in this process, nothing timed)."""
+    :func:`~tvm_taso.cost.measure.measure_kernel` does (in this process, nothing timed)."""
     from collections import Counter
 
-    from tvm_taso.cost import kernels
-    from tvm_taso.measure import build_kernel
-    from tvm_taso.relax_bridge import BlockGraph
+    from tvm_taso.cost.model import kernels
+    from tvm_taso.cost.kernel_build import build_kernel
+    from tvm_taso.ir.relax_bridge import BlockGraph
 
     built, failed, t0 = 0, [], time.perf_counter()
     for block in mod["main"].body.blocks:
@@ -134,14 +134,14 @@ def build_kernels_only(mod, target) -> dict:
 
 def check_model(name, build, target, args, deadline) -> dict:
     import tvm_taso
-    from tvm_taso import examples
-    from tvm_taso.measure import MeasuredCost
+    from tvm_taso.runtime import inputs_for
+    from tvm_taso.cost.measure import MeasuredCost
 
     row: dict = {"model": name}
     t0 = time.perf_counter()
     mod = build()
     row["build_model_s"] = round(time.perf_counter() - t0, 2)
-    inputs = examples.random_inputs(mod)
+    inputs = inputs_for(mod)
     base = compile_and_time(mod, target, inputs, args.compile_only, args.repeat)
     row["original"] = {k: v for k, v in base.items() if k != "outputs"}
     variants = {"analytic": "analytic", "measure": None}
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
 
     import tvm
 
-    from tvm_taso.database import MeasurementDB
+    from tvm_taso.cost.database import MeasurementDB
 
     logging.getLogger("tvm.s_tir.dlight").setLevel(logging.ERROR)  # one line per kernel otherwise
     target_spec = json.loads(args.target) if args.target.startswith("{") else args.target

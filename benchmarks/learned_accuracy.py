@@ -6,13 +6,13 @@
 
 1. Builds one mid-sized model from :mod:`benchmarks.models` (default: ResNet-50-shaped at
    224x224; ``--model bert``: a 2-layer BERT-base-shaped encoder, seq 128) and collects the
-   distinct kernels a search over it prices (:func:`tvm_taso.learned.search_kernels`: the
+   distinct kernels a search over it prices (:func:`tvm_taso.cost.training.search_kernels`: the
    model's own kernels and every candidate's -- what a cost model is asked about).
-2. Measures them on the target through :func:`tvm_taso.measure.measure_kernel` (out of
+2. Measures them on the target through :func:`tvm_taso.cost.measure.measure_kernel` (out of
    process, one at a time), filling the measurement database (``--db``; default the user's
    database, so a second run measures nothing new). The model's own kernels go first, then
    the candidates in a seeded random order; ``--max-kernels`` / ``--max-seconds`` stop early.
-3. Trains :func:`tvm_taso.learned.train` on those records and reports the held-out Spearman
+3. Trains :func:`tvm_taso.cost.training.train` on those records and reports the held-out Spearman
    rank correlation and median relative error (25 % held out, seed 0), their mean and spread
    over ``--seeds`` random splits, and the same for the roofline (``AnalyticCost``, scaled).
 
@@ -31,10 +31,11 @@ import warnings
 
 import numpy as np
 
-from tvm_taso.database import MeasurementDB, canonical_target
-from tvm_taso.learned import model_kernels, search_kernels, train
-from tvm_taso.measure import measure_kernel
-from tvm_taso.onnx_import import load_onnx
+from tvm_taso import target as targets
+from tvm_taso.cost.database import MeasurementDB
+from tvm_taso.cost.measure import measure_kernel
+from tvm_taso.cost.training import model_kernels, search_kernels, train
+from tvm_taso.io.onnx_import import load_onnx
 
 from . import models
 
@@ -57,7 +58,7 @@ def collect(model: str, quick: bool, target) -> tuple[list, int]:
 
 
 def run(args) -> dict:
-    target = canonical_target(args.target)
+    target = targets.canonical(args.target)
     t0 = time.perf_counter()
     kernels, n_own = collect(args.model, args.quick, target)
     collect_s = time.perf_counter() - t0

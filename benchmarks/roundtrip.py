@@ -37,7 +37,7 @@ import onnx
 from tvm import relax
 
 import tvm_taso
-from tvm_taso.checking import relative_error
+from tvm_taso.numerics import relative_error
 
 from . import models
 

@@ -41,9 +41,13 @@ import numpy as np
 import onnx
 
 import tvm_taso
-from tvm_taso import checking
-from tvm_taso.latency import CompiledModule, device_for, is_faster, side_by_side, speedup
-from tvm_taso.onnx_export import export_onnx
+from tvm_taso.cli import checking
+from tvm_taso import target as targets
+from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
+from tvm_taso.guard import verdict
+from tvm_taso.io.onnx_export import export_onnx
+from tvm_taso.numerics import TOLERANCE, relative_error
+from tvm_taso.runtime import inputs_for
 
 from . import models
 
@@ -78,7 +82,7 @@ def tuned_pipeline(mod, target, trials: int, work_dir: Path):
     target's pipeline with the tuned schedules applied."""
     from tvm.s_tir import meta_schedule as ms
 
-    from tvm_taso.measure import build_pipeline, fused_module
+    from tvm_taso.cost.kernel_build import build_pipeline, fused_module
 
     work_dir.mkdir(parents=True, exist_ok=True)
     ms.relax_integration.tune_relax(fused_module(mod, target), {}, target, str(work_dir), max_trials_global=trials)
@@ -106,17 +110,11 @@ class TunedGuard:
         return self.built[key]
 
     def __call__(self, before, after) -> dict:
-        t0 = time.perf_counter()
-        pair = {"without": self.build(before, "without"), "with": self.build(after, "with")}
-        samples = side_by_side({k: (lambda m=m: m.time_ms(self.min_repeat_ms)) for k, m in pair.items()},
-                               self.repeats)
-        verdict = speedup(samples["without"], samples["with"])
-        kept = is_faster(verdict)
-        if not kept:
+        pair = {"before": self.build(before, "without"), "after": self.build(after, "with")}
+        result = verdict(pair, self.repeats, self.min_repeat_ms, how=f"{self.trials} MetaSchedule trials per module")
+        if not result["kept"]:
             self.built["with"] = self.built["without"]  # the optimizer returns the original module
-        return dict(verdict, kept=kept, measured=True, seconds=time.perf_counter() - t0,
-                    reason=f"{self.trials} MetaSchedule trials per module; "
-                    + ("faster in at least 3 rounds of 4" if kept else "not measurably faster"))
+        return result
 
 
 class OrtModel:
@@ -166,9 +164,9 @@ def bench_model(name: str, args) -> dict:
     t0 = time.perf_counter()
     mod = tvm_taso.load_onnx(proto)
     row["import_seconds"] = time.perf_counter() - t0
-    inputs = checking.inputs_for(mod, seed=0)
+    inputs = inputs_for(mod, seed=0)
 
-    has_device = device_for(target) is not None
+    has_device = targets.device(target) is not None
     tuned = None
     if args.tune_trials > 0 and has_device:
         tuned = TunedGuard(target, inputs, args.tune_trials, args.repeats, args.min_repeat_ms,
@@ -216,7 +214,7 @@ def bench_model(name: str, args) -> dict:
             built = tuned.built
             row["tune_seconds"] = tuned.tune_seconds
         for k, m in built.items():
-            errors[f"tvm_{k}"] = checking.relative_error(reference, m.run())
+            errors[f"tvm_{k}"] = relative_error(reference, m.run())
         samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in built.items()},
                                args.repeats, args.timing_limit)
         row["tvm"] = speedup(samples["without"], samples["with"])
@@ -231,7 +229,7 @@ def bench_model(name: str, args) -> dict:
 
     exported = export_onnx(new)
     onnx.checker.check_model(exported, full_check=True)
-    errors["ort_exported"] = checking.relative_error(reference, OrtModel(exported, inputs, optimized=False).run())
+    errors["ort_exported"] = relative_error(reference, OrtModel(exported, inputs, optimized=False).run())
     # the round trip alone (import, export, no rewrite) changes how onnxruntime runs a model; its
     # own column keeps that apart from what the rewrites buy
     ort = {"original": OrtModel(proto, inputs), "round trip": OrtModel(export_onnx(mod), inputs),
@@ -241,8 +239,8 @@ def bench_model(name: str, args) -> dict:
     row["ort"] = speedup(samples["original"], samples["optimized"])
     row["ort"]["rewrites_only"] = speedup(samples["round trip"], samples["optimized"])
     row["ort"]["samples_ms"] = samples
-    row["check"] = {"max_relative_error": errors, "tolerance": checking.TOLERANCE,
-                    "ok": all(e <= checking.TOLERANCE for e in errors.values())}
+    row["check"] = {"max_relative_error": errors, "tolerance": TOLERANCE,
+                    "ok": all(e <= TOLERANCE for e in errors.values())}
     (log.info if row["check"]["ok"] else log.error)("%s: max relative errors %s", name,
                                                      {k: f"{v:.2e}" for k, v in errors.items()})
     return row

@@ -46,20 +46,49 @@ def test_transformer_and_rnn_builders():
     assert len(rnn.graph.input) == 5
 
 
-def test_quick_harness_end_to_end(tmp_path):
+ROW_KEYS = {
+    "model", "size", "target", "build_seconds", "onnx_nodes", "params", "import_seconds", "relax_ops_before",
+    "relax_ops_after", "cost_model", "search_seconds", "regions", "expanded", "applied", "rules_applied",
+    "cost_before_us", "cost_after_us", "guard", "skipped", "unchanged", "taso_search_seconds",
+    "tensat_search_seconds", "search_vs_taso", "search_vs_tensat", "tvm", "ort", "check",
+}  # fmt: skip
+
+
+def test_quick_harness_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("TVM_TASO_CACHE", str(tmp_path / "cache"))  # no trained models or measurements of the user's
     names = ["resnext50", "squeezenet1.1", "nasrnn"]
     status = run.main(["--quick", "--models", *names, "--repeats", "2", "--min-repeat-ms", "5",
                        "--out", str(tmp_path)])
     assert status == 0
     result = json.loads((tmp_path / "results.json").read_text())
+    assert result["settings"]["quick"] and result["settings"]["models"] == names
     rows = {r["model"]: r for r in result["rows"]}
     assert set(rows) == set(names)
     for r in rows.values():
+        assert "error" not in r, r["error"]
+        assert ROW_KEYS <= set(r), ROW_KEYS - set(r)
+        assert r["size"] == "quick" and r["onnx_nodes"] > 0 and r["relax_ops_before"] > 0 and r["regions"] > 0
+        # TVM without and with the rewrites, and the exported ONNX in onnxruntime, each against the original
+        assert set(r["check"]["max_relative_error"]) == {"tvm_without", "tvm_with", "ort_exported"}
         assert r["check"]["ok"] and max(r["check"]["max_relative_error"].values()) <= 1e-4
         assert r["tvm"]["rounds"] == 2 and r["tvm"]["before_ms"] > 0 and r["ort"]["after_ms"] > 0
-        assert r["search_seconds"] < r["taso_search_seconds"]
+        # the search never raises the estimate, and the row counts what it applied
+        assert 0 < r["cost_after_us"] <= r["cost_before_us"]
+        assert r["rules_applied"] == sum(r["applied"].values())
+        assert r["search_vs_taso"] == pytest.approx(r["search_seconds"] / r["taso_search_seconds"])
         # the guard keeps a rewrite only when it measured faster; otherwise the model is untouched
         assert r["guard"].get("kept", True) or r["unchanged"]
+        if r["unchanged"]:
+            assert r["applied"] == {} and r["cost_after_us"] == r["cost_before_us"]
+            assert r["relax_ops_after"] == r["relax_ops_before"]
+    # every batch norm of ResNeXt folds into its conv (the row keeps only a count when the guard reverted)
+    batch_norms = _ops(models.build("resnext50", True))["BatchNormalization"]
+    resnext = rows["resnext50"]
+    if resnext["unchanged"]:
+        assert resnext["guard"]["reverted_rules"] >= batch_norms
+    else:
+        assert resnext["applied"]["fold-batch-norm-into-conv"] == batch_norms
+        assert resnext["relax_ops_after"] < resnext["relax_ops_before"]
     table = (tmp_path / "results.md").read_text()
     assert all(f"| {n} |" in table for n in names)
     assert (tmp_path / "results.png").stat().st_size > 10_000

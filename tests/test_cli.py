@@ -12,7 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tvm_taso.cli import main
+from tvm_taso.cli.main import main
+from tvm_taso.numerics import array_relative_error
 
 
 def inception_onnx(batch=1, size=8, channels=8, dynamic=False):
@@ -80,7 +81,7 @@ def test_optimized_onnx_matches_original_in_onnxruntime(model_file, tmp_path):
     x = np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")
     a = ort.InferenceSession(str(model_file)).run(None, {"x": x})[0]
     b = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
-    assert np.abs(a - b).max() / np.abs(a).max() <= 1e-4
+    assert array_relative_error(a, b) <= 1e-4
     convs = [n for n in onnx.load(out).graph.node if n.op_type == "Conv"]
     assert len(convs) == 1  # the three branches became one conv
 
@@ -97,6 +98,8 @@ def test_optimized_onnx_matches_original_in_onnxruntime(model_file, tmp_path):
         ("good", ["--shape", "y=1x8x8x8"], "no input named y"),
         ("good", ["--shape", "x=oops"], "expected NAME=D1xD2x"),
         ("good", ["--cost", "learned"], "--cost learned: no model trained"),
+        ("good", ["--target", "nosuchtarget"], "unknown target 'nosuchtarget'; expected a target kind"),
+        ("good", ["--target", '{"kind": "llvm",'], "is not valid JSON"),
     ],
 )
 def test_optimize_bad_input(tmp_path, setup, args, message):

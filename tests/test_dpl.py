@@ -1,7 +1,11 @@
-"""Rules as ``tvm.relax.dpl`` patterns: they compile, find the sites our matcher finds, and
-rewrite one chosen site into a well-formed function that computes the same values."""
+"""Rules as ``tvm.relax.dpl`` patterns: they compile, find the sites our matcher finds (found
+independently: on the examples and on the eight benchmark models), and rewrite one chosen site
+into a well-formed function that computes the same values. The matcher says why a rule does
+not match."""
 
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,9 +15,14 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, PatternContext, rewrite_call
 
 import tvm_taso
-from tvm_taso import dpl, examples
-from tvm_taso.match import find_matches
-from tvm_taso.relax_bridge import BlockGraph
+from tvm_taso import examples, runtime
+from tvm_taso.ir.relax_bridge import BlockGraph
+from tvm_taso.numerics import relative_error
+from tvm_taso.rewrite import dpl
+from tvm_taso.rewrite.match import find_matches, why_not
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed
+from benchmarks.models import MODELS, build  # noqa: E402
 
 RULES = {r.name: r for r in tvm_taso.default_rules() if r.provenance == "hand"}  # generated rules: test_generate.py
 SINGLE = [r for r in RULES.values() if len(r.src) == 1]
@@ -108,26 +117,18 @@ def our_sites(func, rule):
     return list(find_matches(bg.graph, rule))
 
 
-def rel_err(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(x).max() + 1e-30)) for x, y in zip(a, b))
-
-
 def check_same_outputs(mod, variants: dict):
     """Each function of ``variants`` computes what ``mod["main"]`` computes (on llvm, one
     compile for all of them)."""
     funcs = {name: f.with_attr("global_symbol", name) for name, f in variants.items()}
     ex = tvm.compile(tvm.IRModule({"main": mod["main"], **funcs}), target="llvm")
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    args = [tvm.runtime.tensor(a) for a in examples.random_inputs(mod, seed=1)]
-    expected = outputs(vm["main"](*args))
+    args = [tvm.runtime.tensor(a) for a in runtime.inputs_for(mod, seed=1)]
+    expected = runtime.flatten(vm["main"](*args))
     for name in funcs:
-        got = outputs(vm[name](*args))
+        got = runtime.flatten(vm[name](*args))
         assert [a.shape for a in got] == [a.shape for a in expected], name
-        assert rel_err(expected, got) <= 1e-4, name
-
-
-def outputs(value) -> list:
-    return [value.numpy()] if hasattr(value, "numpy") else [t.numpy() for t in value]
+        assert relative_error(expected, got) <= 1e-4, name
 
 
 def call_ops(func) -> Counter:
@@ -206,6 +207,41 @@ def test_multi_root_sites_are_our_matchers_sites():
             assert [s.match for s in dpl.sites(func, rule)] == our_sites(func, rule), rule.name
 
 
+def test_dpl_finds_our_matchers_sites_on_the_benchmark_models():
+    """Every rule of the shipped library, on the eight benchmark models (quick sizes): DPL's
+    sites (single-root patterns, roots joined on shared variables) are the matcher's, with the
+    same bindings, in the same order. Neither side calls the other."""
+    rules = tvm_taso.default_rules()
+    families = Counter()  # sites per number of roots, over all models
+    for name in MODELS:
+        func = tvm_taso.load_onnx(build(name, quick=True))["main"]
+        finder = dpl.Sites(func)
+        graphs = [BlockGraph(block, Counter()).graph for block in func.body.blocks]
+        found = 0
+        for rule in rules:
+            ours = [m for g in graphs for m in find_matches(g, rule)]
+            theirs = finder.of(rule)
+            assert [s.match for s in theirs] == ours, (name, rule.name, [[v.name for v in s.vars] for s in theirs][:5])
+            families[len(rule.src)] += len(ours)
+            found += len(ours)
+        assert found, name
+    assert families[1] > 100 and families[2] > 100, families
+
+
+def test_independent_of_the_matcher(monkeypatch):
+    """The DPL side finds its sites without calling the matcher."""
+    from tvm_taso.rewrite import match
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("dpl called the matcher")
+
+    monkeypatch.setattr(match, "find_matches", refuse)
+    monkeypatch.setattr(match, "_match_root", refuse)
+    func = examples.parallel_matmuls()["main"]
+    assert len(dpl.sites(func, RULES["merge-matmul-bias-shared-lhs"])) == 6
+    assert len(dpl.sites(zoo()["main"], RULES["matmul-of-concat"])) == 2
+
+
 # -- rewriting -------------------------------------------------------------------------------
 
 
@@ -221,10 +257,10 @@ def test_fold_batch_norm_at_one_site_of_conv_bn_relu():
     (kept,) = [b for b in new.body.blocks[0].bindings if getattr(b.value, "op", None) == tvm.ir.Op.get("relax.nn.batch_norm")]
     assert int(kept.var.ty.fields[1].shape[0]) == 16  # the first layer's batch_norm is untouched
     assert len(dpl.sites(new, rule)) == 1
-    inputs = examples.random_inputs(mod, seed=1)
-    before, after = examples.run(mod, inputs), examples.run(tvm.IRModule({"main": new}), inputs)
+    inputs = runtime.inputs_for(mod, seed=1)
+    before, after = runtime.run(mod, inputs), runtime.run(tvm.IRModule({"main": new}), inputs)
     assert [a.shape for a in after] == [(1, 32, 16, 16)] and after[0].dtype == np.float32
-    assert rel_err(before, after) <= 1e-4
+    assert relative_error(before, after) <= 1e-4
 
 
 def test_every_single_root_site_of_the_zoo_rewrites_and_keeps_values():
@@ -292,3 +328,42 @@ def test_apply_at_checks_the_index_and_the_target_types():
     mod = module(lambda bb, x: [bb.emit(relax.op.nn.relu(x))], x=(1, 2, 3, 4))
     with pytest.raises(ValueError, match="target types"):
         dpl.apply_at(mod["main"], wrong, 0)
+
+
+# -- why a rule does not match -------------------------------------------------------------
+
+
+def near_misses_body(bb, x, img):
+    """One near miss per output, each failing a different kind of check."""
+    op, e = relax.op, bb.emit
+    xa, xb = e(op.matmul(x, const(8, 8, seed=1))), e(op.matmul(x, const(8, 8, seed=2)))
+    s = e(op.split(x, [3], axis=1))
+    w = const(6, 4, 3, 3, seed=4)
+    return [
+        e(op.concat([xa, xb], axis=0)),  # matmul-over-concat: its condition on the axis
+        e(op.matmul(x, e(op.concat([const(4, 8), const(4, 8)], axis=0)))),  # matmul-of-concat: :axis 1
+        e(op.concat([e(relax.TupleGetItem(s, 0)), e(relax.TupleGetItem(s, 1))], axis=2)),  # concat-of-split: ?k
+        e(op.add(e(relax.op.nn.conv2d(img, w)), e(relax.op.nn.conv2d(e(relax.op.nn.relu(img)), w)))),  # conv-sum: ?x
+    ]
+
+
+def test_why_not_names_the_first_failing_check():
+    g = BlockGraph(module(near_misses_body, x=(2, 6, 8), img=(1, 4, 8, 8))["main"].body.blocks[0], Counter()).graph
+    over, of, split, conv_sum = (ref[0] for ref in g.outputs)
+    assert why_not(g, RULES["matmul-over-concat"], over) == f"node {over}: condition (= ?k (- (rank ?x) 1)) is false"
+    assert why_not(g, RULES["matmul-of-concat"], of) == f"node {of}: concat attribute axis is 0, not 1"
+    assert why_not(g, RULES["concat-of-split"], split) == f"node {split}: split attribute axis is 1, but ?k is already 2"
+    reason = why_not(g, RULES["conv-sum-same-input"], conv_sum)
+    assert reason.startswith(f"node {conv_sum}: ?x is input node ") and " and relu node " in reason
+    assert why_not(g, RULES["matmul-of-concat"], over) == f"node {over}: node {over} is concat, not matmul"
+    assert why_not(g, RULES["fold-batch-norm-into-conv"]) == "no batch_norm node"
+
+
+def test_why_not_on_a_whole_graph():
+    """None where the rule matches; for a multi-root rule, the root that finds no partner."""
+    qkv = BlockGraph(examples.parallel_matmuls()["main"].body.blocks[0], Counter()).graph
+    assert why_not(qkv, RULES["merge-matmul-shared-lhs"]) is None
+    two_layers = BlockGraph(examples.conv_bn_relu()["main"].body.blocks[0], Counter()).graph
+    reason = why_not(two_layers, RULES["merge-conv-shared-input"])
+    assert reason.startswith("root 2 (conv2d ?x ?b :strides ?s :padding ?p :dilation ?d): node ")
+    assert "?x is input node" in reason and " and relu node " in reason

@@ -12,21 +12,19 @@ from tvm import relax
 
 import tvm_taso
 from tvm_taso import examples
+from tvm_taso.numerics import relative_error
 from tvm_taso.passes import TasoOptimize
-
-
-def rel_err(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(x).max() + 1e-30)) for x, y in zip(a, b))
+from tvm_taso.runtime import inputs_for, run
 
 
 def check_same_outputs(mod, new, target="llvm", pipeline="default"):
-    inputs = examples.random_inputs(mod, seed=1)
-    before = examples.run(mod, inputs)
-    after = examples.run(new, inputs, target=target, relax_pipeline=pipeline)
+    inputs = inputs_for(mod, seed=1)
+    before = run(mod, inputs)
+    after = run(new, inputs, target=target, relax_pipeline=pipeline)
     assert len(before) == len(after)
     for a, b in zip(before, after):
         assert a.shape == b.shape and a.dtype == b.dtype
-    assert rel_err(before, after) <= 1e-4
+    assert relative_error(before, after) <= 1e-4
 
 
 EXPECTED = {
@@ -84,10 +82,10 @@ def test_pass_in_sequential_and_report():
 
 def test_taso_pipeline_in_tvm_compile():
     mod = examples.inception_block()
-    inputs = examples.random_inputs(mod)
-    expected = examples.run(mod, inputs)
-    got = examples.run(mod, inputs, relax_pipeline=relax.get_pipeline("taso"))
-    assert rel_err(expected, got) <= 1e-4
+    inputs = inputs_for(mod)
+    expected = run(mod, inputs)
+    got = run(mod, inputs, relax_pipeline=relax.get_pipeline("taso"))
+    assert relative_error(expected, got) <= 1e-4
 
 
 def test_search_is_deterministic():
@@ -102,8 +100,19 @@ def test_budget_and_time_limit_bound_the_search():
     mod = examples.parallel_matmuls()
     _, report = tvm_taso.optimize(mod, target="cuda", budget=1)
     assert report["expanded"] <= report["regions"]
+    assert set(report["regions_stopped"]) <= {"budget", "queue empty", "reused an identical region"}
+    assert sum(report["regions_stopped"].values()) == report["regions"]
     _, report = tvm_taso.optimize(mod, target="cuda", time_limit=0.0)
     assert report["expanded"] == 0 and report["cost_after"] == report["cost_before"]
+    assert set(report["regions_stopped"]) <= {"deadline", "deadline (not searched)"}
+    assert report["regions_stopped"]
+
+
+def test_each_region_says_why_its_search_stopped():
+    _, report = tvm_taso.optimize(examples.resnet_bottleneck(), target="cuda", budget=1000)
+    stopped = report["regions_stopped"]
+    assert sum(stopped.values()) == report["regions"]
+    assert set(stopped) <= {"patience", "queue empty", "reused an identical region"}
 
 
 def _unknown_op_module():
@@ -203,7 +212,7 @@ def test_user_rules_drive_the_search():
 
 
 def test_cli_example(capsys):
-    from tvm_taso.cli import main
+    from tvm_taso.cli.main import main
 
     assert main(["example", "qkv"]) == 0
     out = capsys.readouterr().out

@@ -3,7 +3,7 @@ optimized with ``tvm_taso.optimize(mod, target="cuda")`` (analytic cost), must c
 the original computed.
 
 All 200 are compared through the numpy reference semantics (the dataflow block read back with
-:class:`~tvm_taso.relax_bridge.BlockGraph` and run with ``Graph.evaluate``); every 10th seed
+:class:`~tvm_taso.ir.relax_bridge.BlockGraph` and run with ``Graph.evaluate``); every 10th seed
 is also compiled and run with TVM (llvm), both before and after, and checked against the numpy
 reference of the original. The generator is built from motifs that give the rules something
 to do (parallel matmuls and convs sharing an input, conv + batch_norm, concats of relus,
@@ -21,10 +21,12 @@ import pytest
 from tvm import relax
 
 import tvm_taso
-from tvm_taso import examples, ops
-from tvm_taso.graph import Graph
-from tvm_taso.ops import OpError, TensorType
-from tvm_taso.relax_bridge import BlockGraph
+from tvm_taso.ir import ops
+from tvm_taso.ir.graph import Graph
+from tvm_taso.ir.ops import OpError, TensorType
+from tvm_taso.ir.relax_bridge import BlockGraph
+from tvm_taso.numerics import relative_error
+from tvm_taso.runtime import inputs_for, run
 
 N_SEEDS = 200
 TVM_EVERY = 10
@@ -567,11 +569,9 @@ def reference_outputs(mod, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 def rel_err(a: list, b: list) -> float:
     assert len(a) == len(b)
-    worst = 0.0
     for x, y in zip(a, b):
         assert x.shape == y.shape, (x.shape, y.shape)
-        worst = max(worst, float(np.abs(x - y).max() / (np.abs(x).max() + 1e-30)))
-    return worst
+    return relative_error(a, b)
 
 
 # -- the tests ----------------------------------------------------------------------------------
@@ -621,7 +621,7 @@ def test_optimized_modules_compute_the_same_values(fuzz_results):
             continue
         if report["cost_after"] > report["cost_before"] * (1 + 1e-9):
             failures.append((seed, "cost went up", report["cost_before"], report["cost_after"]))
-        inputs = examples.random_inputs(mod, seed=seed)
+        inputs = inputs_for(mod, seed=seed)
         try:
             before = reference_outputs(mod, inputs)
             after = reference_outputs(new, inputs)
@@ -637,11 +637,11 @@ def test_optimized_modules_compute_the_same_values(fuzz_results):
 @pytest.mark.parametrize("seed", range(0, N_SEEDS, TVM_EVERY))
 def test_optimized_modules_compile_and_agree_in_tvm(fuzz_results, seed):
     _, mod, new, report = fuzz_results[seed]
-    inputs = examples.random_inputs(mod, seed=seed)
+    inputs = inputs_for(mod, seed=seed)
     reference = reference_outputs(mod, inputs)
-    before = examples.run(mod, inputs, target="llvm")
+    before = run(mod, inputs, target="llvm")
     assert rel_err(reference, before) <= TOL  # the numpy reference reads the module right
-    after = examples.run(new, inputs, target="llvm") if report["applied"] else before
+    after = run(new, inputs, target="llvm") if report["applied"] else before
     assert rel_err(before, after) <= TOL, report["applied"]
 
 
@@ -668,7 +668,7 @@ def test_outputs_that_reduce_to_parameters():
     new, report = tvm_taso.optimize(mod, target="cuda")
     applied = set(report["applied"])
     assert "concat-of-split" in applied and any("transpose" in r for r in applied), applied
-    inputs = examples.random_inputs(mod, seed=3)
+    inputs = inputs_for(mod, seed=3)
     after = reference_outputs(new, inputs)
     assert all(np.array_equal(out, inputs[0]) for out in after)
-    assert rel_err(examples.run(mod, inputs), examples.run(new, inputs)) <= TOL
+    assert rel_err(run(mod, inputs), run(new, inputs)) <= TOL

@@ -7,7 +7,9 @@ import pytest
 
 import tvm_taso
 from tvm_taso import examples
-from tvm_taso.latency import compare_modules, is_faster, side_by_side, speedup
+from tvm_taso.cost.latency import compare_modules, side_by_side, speedup
+from tvm_taso.guard import is_faster
+from tvm_taso.runtime import inputs_for
 
 
 def test_side_by_side_alternates_and_pairs_rounds():
@@ -62,6 +64,6 @@ def test_guard_times_both_modules_on_this_cpu():
 
 def test_compare_modules_on_identical_modules_is_close_to_one():
     mod = examples.conv_bn_relu(size=8, channels=8)
-    result = compare_modules(mod, mod, "llvm", examples.random_inputs(mod), repeats=3, min_repeat_ms=5)
+    result = compare_modules(mod, mod, "llvm", inputs_for(mod), repeats=3, min_repeat_ms=5)
     assert result["rounds"] == 3 and result["ratio"] == pytest.approx(1.0, rel=0.5)
     assert set(result["compile_seconds"]) == {"before", "after"}

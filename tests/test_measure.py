@@ -17,11 +17,15 @@ import tvm
 
 import tvm_taso
 from tvm_taso import examples
-from tvm_taso.cost import Kernel
-from tvm_taso.database import MeasurementDB, Record, canonical_target
-from tvm_taso.measure import MeasuredCost, Worker, kernel_module, measure_kernel
-from tvm_taso.ops import TensorType
-from tvm_taso.optimize import make_cost_model
+from tvm_taso.cli.cost import add_cost_command
+from tvm_taso.cost.database import MeasurementDB, Record
+from tvm_taso.cost.factory import make_cost_model
+from tvm_taso.cost.kernel_build import kernel_module
+from tvm_taso.cost.measure import MeasuredCost, measure_kernel
+from tvm_taso.cost.model import Kernel
+from tvm_taso.cost.worker import Worker
+from tvm_taso.ir.ops import TensorType
+from tvm_taso.target import canonical as canonical_target
 
 F32 = "float32"
 
@@ -104,7 +108,7 @@ def test_two_processes_append_concurrently(tmp_path):
     path = tmp_path / "m.jsonl"
     script = textwrap.dedent(f"""
         import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("database", {str(tvm_taso.database.__file__)!r})
+        spec = importlib.util.spec_from_file_location("database", {str(tvm_taso.cost.database.__file__)!r})
         db_mod = importlib.util.module_from_spec(spec); sys.modules["database"] = db_mod
         spec.loader.exec_module(db_mod)
         db = db_mod.MeasurementDB({str(path)!r})
@@ -128,7 +132,7 @@ def test_corrupt_and_torn_lines_are_skipped_with_one_warning(tmp_path, caplog):
         f.write("{this is not json}\n")
         f.write('{"key": "k9", "target": "t", "sta')  # a writer died mid-line
     db.add(_record(2))  # starts on a fresh line
-    caplog.set_level(logging.WARNING, logger="tvm_taso.database")
+    caplog.set_level(logging.WARNING, logger="tvm_taso.cost.database")
     reader = MeasurementDB(db.path)
     assert sorted(r.key for r in reader.records()) == ["k1", "k2"]
     reader.records()
@@ -141,8 +145,8 @@ def test_corrupt_and_torn_lines_are_skipped_with_one_warning(tmp_path, caplog):
 # --- measuring -----------------------------------------------------------------------------
 
 def test_kernel_module_params_are_the_inputs():
-    from tvm_taso.cost import kernels
-    from tvm_taso.relax_bridge import BlockGraph
+    from tvm_taso.cost.model import kernels
+    from tvm_taso.ir.relax_bridge import BlockGraph
     from collections import Counter
 
     mod = examples.parallel_matmuls(seq=8, hidden=16)
@@ -254,14 +258,13 @@ def test_acceptance_measure_each_kernel_once(tmp_path, monkeypatch):
 
 def test_make_cost_model_auto_and_measure(monkeypatch, tmp_path):
     monkeypatch.setenv("TVM_TASO_CACHE", str(tmp_path))
-    opt = sys.modules["tvm_taso.optimize"]  # (the package's ``optimize`` is the function)
 
     assert make_cost_model("measure", "llvm").name == "measure"
     assert make_cost_model("analytic", "llvm").name == "analytic"
     assert make_cost_model("auto", "llvm").name in ("analytic", "learned")
-    monkeypatch.setattr(opt, "_has_cuda_device", lambda: False)
+    monkeypatch.setattr(tvm_taso.target, "device", lambda target=None: None)  # no GPU here
     assert make_cost_model("auto", "cuda").name in ("analytic", "learned")
-    monkeypatch.setattr(opt, "_has_cuda_device", lambda: True)
+    monkeypatch.setattr(tvm_taso.target, "device", lambda target=None: object())  # a GPU here
     assert make_cost_model("auto", "cuda").name == "measure"
     assert make_cost_model("auto", {"kind": "llvm"}).name in ("analytic", "learned")
     with pytest.raises(ValueError):
@@ -269,7 +272,14 @@ def test_make_cost_model_auto_and_measure(monkeypatch, tmp_path):
 
 
 def test_cost_show(tmp_path, capsys):
-    from tvm_taso.measure import main
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tvm-taso")
+    add_cost_command(parser.add_subparsers(dest="command", required=True))
+
+    def main(argv):
+        args = parser.parse_args(["cost", *argv])
+        return args.func(args)
 
     db = MeasurementDB(tmp_path)
     for i in range(3):
@@ -280,3 +290,28 @@ def test_cost_show(tmp_path, capsys):
     assert "4 kernels" in out and "build_error 1" in out and "ok 3" in out
     assert main(["show", "--db", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["records"] == 4
+
+
+def test_worker_never_imports_from_the_working_directory(tmp_path, monkeypatch):
+    """A ``statistics.py`` where the user runs tvm-taso must not replace the standard module in
+    the measurement worker (it runs in a private directory, without the cwd on its path)."""
+    marker = tmp_path / "imported"
+    (tmp_path / "statistics.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    w = Worker()
+    try:
+        rec = measure_kernel(_matmul_kernel(), "llvm", worker=w, fn="test_measure:fake_ok")
+    finally:
+        w.close()
+    assert rec.status == "ok" and not marker.exists()
+
+
+def test_an_unpriceable_kernel_is_never_free(tmp_path):
+    class Broken(MeasuredCost):
+        name = "broken"
+
+        def kernel_cost(self, kernel):
+            raise ValueError("no idea")
+
+    cost = MeasuredCost("llvm", db=tmp_path, max_measurements=0, fallback=Broken("llvm", db=tmp_path))
+    assert cost.kernel_cost(_matmul_kernel()) == math.inf and cost.fallbacks == 1

@@ -14,8 +14,9 @@ from tvm import relax, topi
 from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_taso
-from tvm_taso import examples
-from tvm_taso.onnx_export import CONVERTERS, ExportError, export_onnx
+from tvm_taso.io.onnx_export import CONVERTERS, ExportError, export_onnx
+from tvm_taso.numerics import relative_error
+from tvm_taso.runtime import run
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -161,16 +162,12 @@ def ort_run(model, feeds):
     return session.run(None, feeds)
 
 
-def rel_err(a, b):
-    return max(float(np.abs(x - y).max() / (np.abs(x).max() + 1e-30)) for x, y in zip(a, b))
-
-
 def check_matches_onnx(original, exported):
     onnx.checker.check_model(exported, full_check=True)
     feeds = random_feeds(original)
     expected, got = ort_run(original, feeds), ort_run(exported, feeds)
     assert [e.shape for e in expected] == [o.shape for o in got]
-    assert rel_err(expected, got) <= 1e-4
+    assert relative_error(expected, got) <= 1e-4
 
 
 def import_onnx(model, **kw):
@@ -334,7 +331,7 @@ def zoo():
     mod = relax_zoo()
     rng = np.random.default_rng(6)
     inputs = [rng.standard_normal((2, 4, 9, 10)).astype("float32"), rng.standard_normal((2, 6, 8)).astype("float32")]
-    return mod, inputs, examples.run(mod, inputs)
+    return mod, inputs, run(mod, inputs)
 
 
 def test_zoo_uses_every_converter(zoo):

@@ -12,12 +12,13 @@ import pytest
 
 import tvm_taso
 from tvm_taso import examples
-from tvm_taso.cost import Kernel
-from tvm_taso.database import MeasurementDB, canonical_target
-from tvm_taso.measure import Worker
-from tvm_taso.ops import TensorType
-from tvm_taso.rpc import (LocalServer, LocalTracker, RPCMeasuredCost, RPCMeasurer, RPCPool,
-                          RPCUnavailable)
+from tvm_taso.cost.database import MeasurementDB
+from tvm_taso.cost.model import Kernel
+from tvm_taso.cost.rpc import (LocalServer, LocalTracker, RPCMeasuredCost, RPCMeasurer, RPCPool,
+                               RPCUnavailable)
+from tvm_taso.cost.worker import Worker
+from tvm_taso.ir.ops import TensorType
+from tvm_taso.target import canonical as canonical_target
 
 F32 = "float32"
 LOOPBACK = "127.0.0.1"

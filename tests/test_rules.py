@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import tvm_taso
-from tvm_taso.graph import Graph, Ref
-from tvm_taso.match import apply, find_matches
-from tvm_taso.ops import TensorType
+from tvm_taso.ir.graph import Graph, Ref
+from tvm_taso.rewrite.match import apply, find_matches
+from tvm_taso.ir.ops import TensorType
+from tvm_taso.numerics import array_relative_error
 
 DTYPE = "float64"
 TOL = 1e-4
@@ -67,7 +68,7 @@ class Case:
 
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
     assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.abs(a - b).max() / (np.abs(a).max() + 1e-30))
+    return array_relative_error(a, b)
 
 
 def pad4(t, left=None, bottom=None, right=None):

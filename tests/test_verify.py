@@ -12,9 +12,13 @@ import pytest
 pytest.importorskip("z3")
 
 import tvm_taso  # noqa: E402
-from tvm_taso import axioms as ax  # noqa: E402
-from tvm_taso import verify  # noqa: E402
-from tvm_taso.axioms import Def, Eq, make_axiom  # noqa: E402
+from tvm_taso.cli.rules_verify import add_verify_command  # noqa: E402
+from tvm_taso.verify import prover as verify  # noqa: E402
+from tvm_taso.verify.axioms import AXIOMS  # noqa: E402
+from tvm_taso.verify.soundness import AxiomError, check_axioms  # noqa: E402
+from tvm_taso.verify.statements import Def, Eq, Fact, Int, make_axiom  # noqa: E402
+from tvm_taso.verify.status import write_proofs  # noqa: E402
+from tvm_taso.verify.translate import translate  # noqa: E402
 
 CORE = {r.name: r for r in tvm_taso.default_rules(include_unverified=True) if r.provenance == "hand"}
 
@@ -33,10 +37,10 @@ def rule(text: str):
 
 
 def test_every_axiom_holds_numerically():
-    results = ax.check_axioms(trials=100)
+    results = check_axioms(trials=100)
     bad = [f"{r.name}: {r.message}" for r in results if not r.ok]
     assert not bad, bad
-    assert len(ax.AXIOMS) >= 43
+    assert len(AXIOMS) >= 43
     assert {r.name for r in results} >= {"split-as-slices", "concat-as-binary"}  # the translator's encodings
     assert all(r.exercised >= 4 for r in results)  # each one was really tested
 
@@ -58,33 +62,33 @@ def test_every_axiom_holds_numerically():
         (
             "slice-concat-total",
             lambda A, a, b, k: Eq(A.slice(k, A.concat(k, a, b), 0, A.dim(k, a)), a),
-            dict(a="m n", b="m n", k=ax.Int(lambda s: s.int(0, 1))),
+            dict(a="m n", b="m n", k=Int(lambda s: s.int(0, 1))),
         ),
         # a wrong shape fact: concat adds sizes on its axis, not off it
         (
             "concat-shape-wrong",
-            lambda A, a, b: ax.Fact(A.dim(0, A.concat(1, a, b)) == A.dim(0, a) + A.dim(0, b), defined=[A.concat(1, a, b)]),
+            lambda A, a, b: Fact(A.dim(0, A.concat(1, a, b)) == A.dim(0, a) + A.dim(0, b), defined=[A.concat(1, a, b)]),
             dict(a="m n", b="m p"),
         ),
     ],
 )
 def test_a_false_axiom_is_caught(name, build, specs):
-    (result,) = ax.check_axioms([make_axiom(name, build, **specs)], trials=200)
+    (result,) = check_axioms([make_axiom(name, build, **specs)], trials=200)
     assert not result.ok
     assert "with" in result.message  # the refuting values are named
 
 
 def test_the_prover_refuses_a_false_axiom():
     bad = make_axiom("relu-over-add", lambda A, x, y: Eq(A.relu(A.add(x, y)), A.add(A.relu(x), A.relu(y))), x="m n", y="m n")
-    with pytest.raises(ax.AxiomError, match="relu-over-add"):
-        verify.Prover(axioms=ax.AXIOMS + [bad])
+    with pytest.raises(AxiomError, match="relu-over-add"):
+        verify.Prover(axioms=AXIOMS + [bad])
 
 
 def test_a_false_axiom_would_prove_a_false_rule(prover):
     """Why the numeric check matters: with relu-over-add the solver proves the false rule."""
     bad = make_axiom("relu-over-add", lambda A, x, y: Def(A.relu(A.add(x, y)), A.add(A.relu(x), A.relu(y))), x="m n", y="m n")
     wrong = rule("relu-add [generated, unverified]: (relu (add ?a ?b)) => (add (relu ?a) (relu ?b))")
-    assert verify.Prover(axioms=ax.AXIOMS + [bad], check=False).prove(wrong).status == "proved"
+    assert verify.Prover(axioms=AXIOMS + [bad], check=False).prove(wrong).status == "proved"
     assert prover.prove(wrong).status != "proved"
 
 
@@ -132,7 +136,7 @@ def test_known_false_rules_are_rejected(prover, text):
 def test_multi_output_rules_pair_outputs_in_order(prover):
     r = CORE["split-of-concat"]
     alg = prover.alg
-    tr = verify.translate(r, alg)
+    tr = translate(r, alg)
     assert len(tr.src) == len(tr.dst) == 2
     assert [str(t) for t in tr.dst] == ["t.a", "t.b"]
     # the outputs swapped is not proved
@@ -189,19 +193,19 @@ def test_write_proofs_changes_only_proved_headers(tmp_path, prover):
     rules = tvm_taso.load_rules(path)
     results = [prover.prove(r) for r in rules]
     assert [r.status for r in results] == ["proved", "failed", "unsupported", "proved"]
-    assert verify.write_proofs(path, results) == 2
+    assert write_proofs(path, results) == 2
     expected = RULES_TEXT.replace("[hand, checked]: (concat", "[hand, proved]: (concat").replace(
         "[ generated ,  unverified ]", "[ generated ,  proved ]"
     )
     assert path.read_text() == expected
-    assert verify.write_proofs(path, [prover.prove(r) for r in tvm_taso.load_rules(path)]) == 0
+    assert write_proofs(path, [prover.prove(r) for r in tvm_taso.load_rules(path)]) == 0
 
 
 def _cli(argv):
     p = argparse.ArgumentParser(prog="tvm-taso")
     sub = p.add_subparsers(dest="command", required=True)
     rsub = sub.add_parser("rules").add_subparsers(dest="rules_command", required=True)
-    verify.add_verify_command(rsub)
+    add_verify_command(rsub)
     args = p.parse_args(argv)
     return args.func(args)
 
@@ -216,7 +220,7 @@ def test_cli_verifies_writes_and_reports(tmp_path, capsys):
     assert "3 rules: 2 proved, 0 failed, 0 unknown, 1 unsupported" in text
     assert sorted(r.proof for r in tvm_taso.load_rules(path)) == ["checked", "proved", "proved"]
     report = json.loads(out.read_text())
-    assert report["counts"]["proved"] == 2 and report["axioms"] == len(ax.AXIOMS)
+    assert report["counts"]["proved"] == 2 and report["axioms"] == len(AXIOMS)
 
 
 def test_cli_rejects_a_false_rule(tmp_path, capsys):

@@ -15,7 +15,9 @@ from tvm import relax
 
 import tvm_taso  # noqa: F401 - registers relax.get_pipeline("taso")
 from tvm_taso import examples
+from tvm_taso.numerics import array_relative_error
 from tvm_taso.passes import TasoOptimize
+from tvm_taso.runtime import inputs_for
 
 SMALL = "--small" in sys.argv
 
@@ -47,14 +49,14 @@ print(f"estimated cost {taso.last_report['cost_before']:.1f} -> {taso.last_repor
 # number to quote.
 
 dev = tvm.cpu()
-inputs = [tvm.runtime.tensor(a) for a in examples.random_inputs(mod)]
+inputs = [tvm.runtime.tensor(a) for a in inputs_for(mod)]
 vms = {}
 for name, pipeline in [("default", "default"), ("taso", relax.get_pipeline("taso"))]:
     ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
     vms[name] = relax.VirtualMachine(ex, dev)
 
 outs = {name: vm["main"](*inputs).numpy() for name, vm in vms.items()}
-err = float(np.abs(outs["default"] - outs["taso"]).max() / np.abs(outs["default"]).max())
+err = array_relative_error(outs["default"], outs["taso"])
 print(f"same outputs: max relative error {err:.2e}")
 assert err <= 1e-4
 

@@ -6,10 +6,10 @@
 """
 
 from .cost import AnalyticCost, CostModel, Kernel, kernels
-from .onnx_export import ExportError, export_onnx
-from .onnx_import import InputError, load_onnx
+from .io.onnx_export import ExportError, export_onnx
+from .io.onnx_import import InputError, load_onnx
 from .optimize import TasoSkippedWarning, optimize
-from .rule import Rule, RuleSyntaxError, default_rules, load_rules, parse_rules
+from .rewrite.rule import Rule, RuleSyntaxError, default_rules, load_rules, parse_rules
 from . import passes
 
 passes.register()

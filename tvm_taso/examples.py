@@ -1,5 +1,6 @@
 """Small built-in Relax models (weights as constants, as the ONNX importer makes them), used by
-the command line's ``example`` command, the tests and the tutorials."""
+the command line's ``example`` command, the tests and the tutorials. Running them is
+:mod:`tvm_taso.runtime`'s job."""
 
 from __future__ import annotations
 
@@ -123,27 +124,3 @@ EXAMPLES = {
     "conv-bn-relu": conv_bn_relu,
     "bottleneck": resnet_bottleneck,
 }
-
-
-def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
-    """Random arrays for the parameters of ``mod["main"]``."""
-    from .checking import inputs_for
-
-    return inputs_for(mod, seed=seed)
-
-
-def run(mod: tvm.IRModule, inputs: list[np.ndarray], target="llvm", relax_pipeline="default") -> list[np.ndarray]:
-    """Compile ``mod`` for ``target`` and run ``main`` on the CPU; the outputs as numpy arrays."""
-    ex = tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
-    return _flatten(result)
-
-
-def _flatten(value) -> list[np.ndarray]:
-    if hasattr(value, "numpy"):
-        return [value.numpy()]
-    out = []
-    for v in value:
-        out.extend(_flatten(v))
-    return out

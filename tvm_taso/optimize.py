@@ -10,90 +10,20 @@ from collections import Counter
 import tvm
 from tvm import relax
 
-from .cost import AnalyticCost, CostModel
-from .graph import fold_constants
-from .ops import OpError
-from .relax_bridge import BlockGraph
-from .rule import Rule, default_rules
-from .search import SearchStats, search
+from tvm_taso.cost.factory import make_cost_model
+from tvm_taso.cost.model import CostModel
+from tvm_taso.guard import guard as measured_guard
+from tvm_taso.ir.graph import fold_constants
+from tvm_taso.ir.ops import OpError
+from tvm_taso.ir.relax_bridge import BlockGraph
+from tvm_taso.rewrite.rule import Rule, default_rules
+from tvm_taso.search.backtrack import SearchStats, search
 
 log = logging.getLogger("tvm_taso")
 
 
 class TasoSkippedWarning(UserWarning):
     """Parts of the module were left as they were (unknown ops, symbolic shapes, ...)."""
-
-
-def make_cost_model(cost_model, target) -> CostModel:
-    """The cost model named by ``cost_model`` for ``target``:
-
-    * ``"analytic"``: the roofline :class:`~tvm_taso.cost.AnalyticCost`;
-    * ``"measure"``: :class:`~tvm_taso.measure.MeasuredCost` (build and time each kernel on the
-      target, remembered in the measurement database);
-    * ``"auto"`` / None: measure when the target is CUDA and this machine has a GPU, else the
-      learned model trained for the target if there is one, else analytic. The report's
-      ``cost_model.name`` says which was chosen.
-    """
-    if isinstance(cost_model, CostModel):
-        reset = getattr(cost_model, "reset_budget", None)
-        if callable(reset):
-            reset()  # a measurement budget bounds each search, not the model's lifetime
-        return cost_model
-    if cost_model == "analytic":
-        return AnalyticCost(target)
-    if cost_model == "measure":
-        from .measure import MeasuredCost
-
-        return MeasuredCost(target)
-    if cost_model in (None, "auto"):
-        if _target_kind(target) == "cuda" and _has_cuda_device():
-            from .measure import MeasuredCost
-
-            return MeasuredCost(target)
-        try:
-            from .learned import LearnedCost
-        except ImportError:
-            LearnedCost = None
-        if LearnedCost is not None:
-            try:
-                learned = LearnedCost.load_for(target)
-            except Exception:  # noqa: BLE001 - a broken model file must not stop the search
-                log.warning("could not load the learned cost model; using the analytic one", exc_info=True)
-                learned = None
-            if learned is not None:
-                return learned
-        return AnalyticCost(target)
-    raise ValueError(
-        f"unknown cost model {cost_model!r}; use 'analytic', 'measure', 'auto' or a CostModel instance"
-    )
-
-
-def _target_kind(target) -> str:
-    if target is None:
-        return "llvm"
-    if isinstance(target, str):
-        if target.lstrip().startswith("{"):
-            import json
-
-            try:
-                return json.loads(target).get("kind", "")
-            except ValueError:
-                return ""
-        try:
-            return tvm.target.Target(target).kind.name  # tags such as "nvidia/nvidia-h100"
-        except Exception:  # noqa: BLE001
-            return target.split()[0] if target.split() else ""
-    if isinstance(target, dict):
-        return str(target.get("kind", ""))
-    kind = getattr(target, "kind", None)
-    return getattr(kind, "name", "") if kind is not None else ""
-
-
-def _has_cuda_device() -> bool:
-    try:
-        return bool(tvm.cuda(0).exist)
-    except Exception:  # noqa: BLE001 - no driver at all
-        return False
 
 
 def optimize(
@@ -116,17 +46,17 @@ def optimize(
     mod : the Relax IRModule (e.g. from ``relax.frontend.onnx.from_onnx``).
     target : the TVM target the cost model prices for (str, dict or Target); default CPU.
     rules : the substitutions; default the shipped library (proved or checked rules).
-    cost_model : a :class:`~tvm_taso.cost.CostModel`, or ``"analytic"``/``"auto"``.
+    cost_model : a :class:`~tvm_taso.cost.model.CostModel`, or ``"auto"``, ``"analytic"``,
+        ``"measure"`` or ``"learned"`` (see :func:`~tvm_taso.cost.factory.make_cost_model`).
     alpha : keep exploring graphs up to ``alpha`` times the best cost (TASO's relaxation).
     budget : graphs expanded per region of the search.
     time_limit : wall-clock bound for the whole search, in seconds.
     region_size : ops per search region (the graph is split so time grows linearly).
     guard : compile the original and the rewritten module for ``target``, time them side by
         side on this machine's device (``guard_repeats`` rounds), and keep the rewrite only if
-        it was faster in at least three rounds out of four (the lower quartile of the pairwise
-        speedups above 1); otherwise return ``mod`` unchanged. A cost model is a prediction; the
-        guard makes "never slower than before" a measured fact, at the price of two builds.
-        Without a device for the target the rewrite is kept and the report says so. A callable
+        it was faster in at least three rounds out of four (:func:`tvm_taso.guard.guard`);
+        otherwise return ``mod`` unchanged. Without a device for the target the rewrite is
+        kept and the report says so. A callable
         ``guard(before, after) -> dict`` (with at least ``"kept"``) decides instead, e.g. on
         MetaSchedule-tuned builds; its dict becomes ``report["guard"]``.
 
@@ -187,6 +117,7 @@ def optimize(
         "regions": stats.regions,
         "regions_cut_short": stats.regions_cut_short,
         "regions_reused": stats.reused,
+        "regions_stopped": dict(sorted(stats.stopped.items())),
         "applied": dict(sorted(stats.applied.items())),
         "constants_folded": folded + stats.folded,
         "skipped": [{"what": what, "count": n} for what, n in sorted(skipped.items())],
@@ -196,7 +127,7 @@ def optimize(
                      "guard": guard if isinstance(guard, bool) else getattr(guard, "__name__", type(guard).__name__)},
     }
     if guard and new_mod is not mod:
-        report["guard"] = guard(mod, new_mod) if callable(guard) else _guard(mod, new_mod, target, guard_repeats)
+        report["guard"] = guard(mod, new_mod) if callable(guard) else measured_guard(mod, new_mod, target, guard_repeats)
         if not report["guard"]["kept"]:
             new_mod = mod
             report["guard"]["reverted"] = report["applied"]
@@ -218,29 +149,6 @@ def optimize(
         dict(stats.applied),
     )
     return new_mod, report
-
-
-def _guard(before: tvm.IRModule, after: tvm.IRModule, target, repeats: int) -> dict:
-    """Time both modules side by side; keep ``after`` if it won at least 3 rounds in 4."""
-    from .checking import inputs_for
-    from .latency import compare_modules, device_for, is_faster
-
-    target = tvm.target.Target(target if target is not None else "llvm")
-    if device_for(target) is None:
-        log.warning("guard: no %s device here to time on; keeping the rewrite unmeasured", target.kind.name)
-        return {"kept": True, "measured": False, "reason": f"no {target.kind.name} device on this machine"}
-    t0 = time.perf_counter()
-    try:
-        result = compare_modules(before, after, target, inputs_for(before), repeats=repeats, min_repeat_ms=50)
-    except Exception as err:  # noqa: BLE001 - a module that does not build is not faster
-        log.warning("guard: timing failed (%s: %s); keeping the original", type(err).__name__, err)
-        return {"kept": False, "measured": False, "reason": f"timing failed: {type(err).__name__}: {err}"}
-    result.pop("samples_ms")
-    kept = is_faster(result)
-    log.info("guard: %.3fx faster (quartiles %.3f-%.3f over %d rounds): %s", result["ratio"], result["ratio_low"],
-             result["ratio_high"], result["rounds"], "kept" if kept else "reverted to the original")
-    return dict(result, kept=kept, measured=True, seconds=time.perf_counter() - t0,
-                reason="faster in at least 3 rounds of 4" if kept else "not measurably faster")
 
 
 def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar):

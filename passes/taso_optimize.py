@@ -1,0 +1,57 @@
+"""``TasoOptimize``: the Relax pass that runs tvm-taso's cost-based search."""
+
+from __future__ import annotations
+
+import tvm
+
+
+@tvm.transform.module_pass(opt_level=0, name="TasoOptimize")
+class TasoOptimize:
+    """Rewrite the module's dataflow blocks with TASO substitutions chosen by cost.
+
+    Every Relax function's dataflow blocks are split into regions and searched (best-first,
+    TASO's backtracking search) with the rule library; the cheapest graph under the cost model
+    replaces each block, and weight-only subexpressions are folded to constants. Code the
+    optimizer does not understand (unknown ops, symbolic shapes, non-dataflow blocks) is left
+    as it was, with one :class:`~tvm_taso.optimize.TasoSkippedWarning` naming it; an internal
+    failure keeps the original function, so the pass never fails a pipeline.
+
+    Parameters
+    ----------
+    target : the target to price candidates for; default the enclosing ``with target:``
+        (``tvm.compile`` sets it), else the CPU.
+    rules : list of :class:`~tvm_taso.rewrite.rule.Rule`; default the shipped library.
+    cost_model : a :class:`~tvm_taso.cost.model.CostModel` or ``"analytic"`` / ``"auto"``.
+    alpha : relaxation of the search (TASO's alpha, default 1.05).
+    budget : graphs expanded per search region.
+    time_limit : seconds for the whole search.
+    guard : time the rewritten module against the original on this machine's device and keep
+        it only when measured faster (two extra builds; see :func:`tvm_taso.optimize`).
+
+    The report of the last run is kept in ``last_report`` (JSON-serializable dict).
+    """
+
+    def __init__(self, target=None, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0, guard=False):
+        self.target = target
+        self.rules = rules
+        self.cost_model = cost_model
+        self.alpha = alpha
+        self.budget = budget
+        self.time_limit = time_limit
+        self.guard = guard
+        self.last_report = None
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        from tvm_taso.optimize import optimize
+
+        new_mod, self.last_report = optimize(
+            mod,
+            target=self.target,
+            rules=self.rules,
+            cost_model=self.cost_model,
+            alpha=self.alpha,
+            budget=self.budget,
+            time_limit=self.time_limit,
+            guard=self.guard,
+        )
+        return new_mod

@@ -1,0 +1,5 @@
+"""The ``tvm-taso`` command line."""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,98 @@
+"""``tvm-taso cost show|train``: the measurement database and the learned cost model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+from tvm_taso import target as targets
+from tvm_taso.cost.database import MeasurementDB
+
+
+def add_cost_command(subparsers) -> None:
+    """Add ``cost show [--db PATH] [--json]`` and ``cost train [--db PATH] [--target T] [-o MODEL]``."""
+    cost = subparsers.add_parser("cost", help="the measurement database and cost models")
+    sub = cost.add_subparsers(dest="cost_command", required=True)
+
+    show = sub.add_parser("show", help="summarize the measurement database")
+    show.add_argument("--db", default=None, help="database file or folder (default $TVM_TASO_CACHE or ~/.cache/tvm-taso)")
+    show.add_argument("--json", action="store_true", help="print the summary as JSON")
+    show.set_defaults(func=cmd_cost_show)
+
+    tr = sub.add_parser(
+        "train",
+        help="train the learned cost model from the measurement database",
+        description="Fit an XGBoost model of kernel latency (log µs) on the target's measured kernels, "
+        "print held-out Spearman rank correlation and median relative error, and save it where "
+        "cost_model='auto' finds it.",
+    )
+    tr.add_argument("--db", default=None, help="database file or folder (default $TVM_TASO_CACHE or ~/.cache/tvm-taso)")
+    tr.add_argument("--target", default=None,
+                    help="train for this target (llvm, cuda or a JSON target; default: the only / most measured one)")
+    tr.add_argument("-o", "--output", default=None, help="model file (default <cache>/learned-<target>.json)")
+    tr.add_argument("--test-fraction", type=float, default=0.25, help="held-out share (default 0.25)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    tr.set_defaults(func=cmd_cost_train)
+
+
+def cmd_cost_show(args) -> int:
+    s = MeasurementDB(args.db).summary()
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print(f"{s['path']}: {s['records']} kernels, {s['file_bytes']} bytes")
+    for t, info in s["targets"].items():
+        mm = info["median_of_medians_us"]
+        statuses = ", ".join(f"{k} {v}" for k, v in info["status"].items())
+        print(f"  {info['kind']:<6} {info['records']:>6} kernels ({statuses}); median kernel "
+              f"{'-' if mm is None else f'{mm:.1f} us'}")
+        print(f"         {t}")
+    return 0
+
+
+def cmd_cost_train(args) -> int:
+    from tvm_taso.cost.training import train
+
+    db = MeasurementDB(args.db)
+    records = db.records()
+    target = None
+    if args.target:
+        target = targets.canonical(args.target)
+        if not any(r.target == target for r in records):
+            # "llvm" names every llvm record when there is just one llvm target in the database
+            same = sorted({r.target for r in records if targets.kind(r.target) == targets.kind(target)})
+            if len(same) == 1 and not args.target.lstrip().startswith("{"):
+                target = same[0]
+    else:
+        measured = Counter(r.target for r in records if r.ok)
+        if len(measured) > 1:
+            print(f"tvm-taso: {db.path} holds measurements for {len(measured)} targets; choose one with --target:",
+                  file=sys.stderr)
+            for t, n in measured.most_common():
+                print(f"  {n:>6}  {t}", file=sys.stderr)
+            return 2
+    try:
+        model, metrics = train(records, target, test_fraction=args.test_fraction, seed=args.seed)
+    except ValueError as err:
+        print(f"tvm-taso: cannot train: {err} ({db.path})", file=sys.stderr)
+        return 2
+    path = model.save(args.output)
+    metrics = dict(metrics, model=str(path))
+    if args.json:
+        print(json.dumps(metrics, indent=2))
+        return 0
+
+    def fmt(v, pct=False):
+        return "-" if v is None else (f"{100 * v:.1f} %" if pct else f"{v:.3f}")
+
+    print(f"trained on {metrics['train']} kernels, held out {metrics['test']} "
+          f"({metrics['records_failed_skipped']} failed measurements skipped) in {metrics['train_seconds']:.2f} s")
+    print(f"  target                   {metrics['target']}")
+    print(f"  held-out Spearman        {fmt(metrics['spearman'])}"
+          f"   (analytic roofline {fmt(metrics.get('analytic_spearman'))})")
+    print(f"  median relative error    {fmt(metrics['median_rel_error'], True)}"
+          f"   (scaled roofline {fmt(metrics.get('analytic_median_rel_error'), True)})")
+    print(f"  saved                    {path}")
+    return 0

@@ -1,0 +1,267 @@
+"""The commands that take a model: ``example`` (a built-in model), ``optimize`` (ONNX in, ONNX
+out), ``compile`` (ONNX to a shared library) and ``bench`` (latency with and without
+TasoOptimize)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from tvm_taso.files import write_atomically, write_text_atomically
+from tvm_taso.io.onnx_import import InputError
+
+
+def add_model_commands(sub) -> None:
+    """Register ``example``, ``optimize``, ``compile`` and ``bench`` on the subparsers ``sub``."""
+    from tvm_taso.examples import EXAMPLES
+
+    ex = sub.add_parser("example", help="optimize a built-in example model and check its outputs on llvm")
+    ex.add_argument("model", nargs="?", default="inception", choices=sorted(EXAMPLES))
+    ex.add_argument("--target", default="cuda", help="target the cost model prices for (default cuda)")
+    ex.add_argument("--rules", help="a rule file to use instead of the shipped library")
+    ex.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
+    ex.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
+    ex.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
+    ex.add_argument("--json", help="write the report as JSON to this file")
+    ex.add_argument("--show", action="store_true", help="print the optimized Relax module")
+    ex.set_defaults(func=cmd_example)
+
+    def model_args(sp):
+        sp.add_argument("input", help="the ONNX model")
+        sp.add_argument("--target", default="llvm", help="llvm, cuda, or a JSON target (default llvm)")
+        sp.add_argument("--shape", action="append", metavar="NAME=1x3x224x224",
+                        help="static shape for an input with dynamic dimensions (repeatable)")
+
+    opt = sub.add_parser("optimize", help="optimize an ONNX model and write the optimized ONNX model",
+                         description="Import IN.onnx through TVM, rewrite its graph with TASO substitutions "
+                         "chosen by cost for --target, and export the result as ONNX.")
+    model_args(opt)
+    opt.add_argument("-o", "--output", required=True, help="where to write the optimized ONNX model")
+    opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned"],
+                     help="cost model: analytic (roofline), measure (build and time kernels on the target), "
+                     "learned (XGBoost trained with `tvm-taso cost train`), auto (default: measure on a local "
+                     "GPU, else learned if trained, else analytic)")
+    opt.add_argument("--rules", help="a rule file to use instead of the shipped library")
+    opt.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
+    opt.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
+    opt.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
+    opt.add_argument("--check", action="store_true",
+                     help="run original and optimized models on random inputs; fail on any mismatch")
+    opt.add_argument("--guard", action="store_true",
+                     help="time the rewritten model against the original through TVM on --target (this "
+                     "machine's device) and keep it only if measured faster")
+    opt.add_argument("--report", metavar="REPORT.json", help="write the search report as JSON")
+    opt.add_argument("--html", metavar="REPORT.html", help="write a report to open in a browser")
+    opt.set_defaults(func=cmd_optimize)
+
+    comp = sub.add_parser("compile", help="compile an ONNX model with TVM (TasoOptimize in the pipeline)")
+    model_args(comp)
+    comp.add_argument("-o", "--output", required=True, help="the shared library to write (OUT.so)")
+    comp.add_argument("--no-taso", action="store_true", help="compile without TasoOptimize")
+    comp.set_defaults(func=cmd_compile)
+
+    bench = sub.add_parser("bench", help="latency with and without TasoOptimize, side by side")
+    model_args(bench)
+    bench.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
+    bench.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
+    bench.add_argument("--input-file", action="append", metavar="NAME=FILE.npy",
+                       help="use this array for an input instead of random data (repeatable)")
+    bench.add_argument("--json", help="write the measurements as JSON")
+    bench.set_defaults(func=cmd_bench)
+
+
+def _target(text: str):
+    """``--target`` as ``optimize`` takes it: a name or tag as is, a JSON object as a dict.
+
+    Checked with :func:`tvm_taso.target.parse` first, so an unknown target is a
+    :class:`~tvm_taso.target.TargetError` before any work starts.
+    """
+    from tvm_taso import target
+
+    target.parse(text)
+    text = text.strip()
+    return json.loads(text) if text.startswith("{") else text
+
+
+def _step(msg: str) -> None:
+    print(f"tvm-taso: {msg}", file=sys.stderr, flush=True)
+
+
+def _shapes(args) -> dict:
+    from tvm_taso.io.onnx_import import parse_shape
+
+    return dict(parse_shape(s) for s in args.shape or [])
+
+
+def _rules(args):
+    import tvm_taso
+
+    return tvm_taso.default_rules() if args.rules is None else tvm_taso.load_rules(args.rules)
+
+
+def _cost_model(name: str, target):
+    """The cost model ``--cost`` names, from the one factory; a model that cannot be had (no
+    trained model for the target) is an :class:`InputError`."""
+    from tvm_taso.cost.factory import make_cost_model
+
+    try:
+        return make_cost_model(name, target)
+    except ValueError as err:
+        raise InputError(f"--cost {name}: {err}") from None
+
+
+def cmd_example(args) -> int:
+    import tvm_taso
+    from tvm_taso import examples
+    from tvm_taso.numerics import TOLERANCE
+    from tvm_taso.numerics import relative_error
+    from tvm_taso.runtime import inputs_for, run
+
+    target = _target(args.target)
+    mod = examples.EXAMPLES[args.model]()
+    new, report = tvm_taso.optimize(
+        mod,
+        target=target,
+        rules=_rules(args),
+        alpha=args.alpha,
+        budget=args.budget,
+        time_limit=args.time_limit,
+        progress=True,
+    )
+    print(f"model            {args.model} ({len(mod['main'].body.blocks[0].bindings)} bindings), "
+          f"priced for {target}")
+    _print_summary(report)
+    inputs = inputs_for(mod)
+    t0 = time.perf_counter()
+    err = relative_error(run(mod, inputs), run(new, inputs))
+    report["check"] = {"max_relative_error": err, "seconds": time.perf_counter() - t0}
+    ok = err <= TOLERANCE
+    print(f"outputs on llvm  max relative error {err:.2e} ({'ok' if ok else 'MISMATCH'})")
+    if args.show:
+        print(new.script(show_meta=False))
+    if args.json:
+        write_text_atomically(args.json, json.dumps(report, indent=2))
+        print(f"report           {args.json}")
+    return 0 if ok else 1
+
+
+def cmd_optimize(args) -> int:
+    import onnx
+
+    import tvm_taso
+    from tvm_taso.cli.checking import CheckFailed, compare_onnx
+    from tvm_taso.io.onnx_export import export_onnx
+    from tvm_taso.io.onnx_import import load_onnx, read_model
+
+    target = _target(args.target)
+    proto, name = read_model(args.input)
+    _step(f"importing {name}")
+    mod = load_onnx(proto, shapes=_shapes(args), name=name)
+    rules = _rules(args)
+    _step(f"searching ({len(rules)} rules, time limit {args.time_limit:g} s)")
+    new, report = tvm_taso.optimize(
+        mod,
+        target=target,
+        rules=rules,
+        cost_model=_cost_model(args.cost, target),
+        alpha=args.alpha,
+        budget=args.budget,
+        time_limit=args.time_limit,
+        progress=True,
+        guard=args.guard,
+    )
+    _step("exporting")
+    out_proto = export_onnx(new, None)
+    if args.check:
+        _step("checking outputs on random inputs")
+        result = compare_onnx(proto, out_proto, mod)
+        report["check"] = result
+        if not result["ok"]:
+            raise CheckFailed(
+                f"--check: optimized model differs from the original (max relative error "
+                f"{result['max_relative_error']:.3g} > {result['tolerance']:g}); nothing written"
+            )
+    write_atomically(args.output, lambda tmp: onnx.save(out_proto, tmp))
+    _print_summary(report)
+    if args.check:
+        print(f"check            max relative error {report['check']['max_relative_error']:.2e} "
+              f"via {report['check']['runtime']} (ok)")
+    print(f"written          {args.output}")
+    if args.report:
+        write_text_atomically(args.report, json.dumps(report, indent=2))
+        print(f"report           {args.report}")
+    if args.html:
+        from tvm_taso.cli.html_report import render
+
+        write_text_atomically(args.html, render(report))
+        print(f"html report      {args.html}")
+    return 0
+
+
+def _print_summary(report: dict) -> None:
+    print(f"estimated cost   {report['cost_before']:.2f} us -> {report['cost_after']:.2f} us "
+          f"({report['speedup_estimate']:.2f}x, {report['cost_model']['name']})")
+    print(f"search           {report['search_seconds']:.3f} s, {report['expanded']} graphs expanded, "
+          f"{report['candidates']} candidates, {report['regions']} regions")
+    print("rules applied    " + (", ".join(f"{k} x{v}" for k, v in report["applied"].items()) or "none"))
+    for s in report["skipped"]:
+        print(f"left as is       {s['what']} (x{s['count']})")
+    guard = report.get("guard")
+    if guard and guard.get("measured"):
+        print(f"guard            {guard['ratio']:.3f}x measured through TVM "
+              f"({'kept' if guard['kept'] else 'not faster: original kept'})")
+    elif guard:
+        print(f"guard            not measured ({guard['reason']})")
+
+
+def cmd_compile(args) -> int:
+    import tvm
+    from tvm import relax
+
+    import tvm_taso  # noqa: F401 - registers the "taso" pipeline
+    from tvm_taso import target as targets
+    from tvm_taso.io.onnx_import import load_onnx
+
+    target = _target(args.target)
+    mod = load_onnx(args.input, shapes=_shapes(args))
+    pipeline = "default" if args.no_taso else relax.get_pipeline("taso")
+    _step(f"compiling for {target}" + ("" if args.no_taso else " with TasoOptimize"))
+    ex = tvm.compile(mod, target=targets.parse(target), relax_pipeline=pipeline)
+    write_atomically(args.output, ex.export_library)
+    print(f"written          {args.output}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from tvm_taso.cli.checking import bench
+    from tvm_taso.io.onnx_import import load_onnx
+    from tvm_taso.runtime import inputs_for
+
+    target = _target(args.target)
+    mod = load_onnx(args.input, shapes=_shapes(args))
+    inputs = inputs_for(mod, dict(_input_file(s) for s in args.input_file or []))
+    _step(f"compiling and timing on {target} (with and without TasoOptimize)")
+    result = bench(mod, inputs, target, repeat=args.repeat, time_limit=args.time_limit)
+    print(f"{'pipeline':24s} {'median ms':>10s} {'min ms':>10s}")
+    for key in ("default", "taso"):
+        r = result[key]
+        print(f"{r['label']:24s} {r['median_ms']:10.3f} {r['min_ms']:10.3f}")
+    low, high = result["speedup_quartiles"]
+    print(f"speedup (default / taso) {result['speedup']:.3f}x (median of {args.repeat} pairwise ratios, "
+          f"quartiles {low:.3f}-{high:.3f})")
+    if args.json:
+        write_text_atomically(args.json, json.dumps(result, indent=2))
+    return 0
+
+
+def _input_file(text: str):
+    import numpy as np
+
+    name, sep, path = text.partition("=")
+    if not sep:
+        raise InputError(f"--input {text!r}: expected NAME=FILE.npy")
+    try:
+        return name, np.load(path)
+    except (OSError, ValueError) as err:
+        raise InputError(f"--input {text!r}: cannot read {path}: {err}") from None

@@ -1,0 +1,70 @@
+"""The one place that turns a cost-model name into a :class:`~tvm_taso.cost.model.CostModel`."""
+
+from __future__ import annotations
+
+import logging
+
+from tvm_taso import target as targets
+from tvm_taso.cost.analytic import AnalyticCost
+from tvm_taso.cost.model import CostModel
+
+log = logging.getLogger("tvm_taso.cost.factory")
+
+NAMES = ("auto", "analytic", "measure", "learned")
+
+
+def make_cost_model(cost_model, target) -> CostModel:
+    """The cost model named by ``cost_model`` for ``target``:
+
+    * ``"analytic"``: the roofline :class:`~tvm_taso.cost.analytic.AnalyticCost`;
+    * ``"measure"``: :class:`~tvm_taso.cost.measure.MeasuredCost` (build and time each kernel on the
+      target, remembered in the measurement database);
+    * ``"learned"``: the :class:`~tvm_taso.cost.learned.LearnedCost` trained for the target
+      (ValueError if there is none);
+    * ``"auto"`` / None: measure when the target is CUDA and this machine has a GPU, else the
+      learned model trained for the target if there is one, else analytic. The report's
+      ``cost_model.name`` says which was chosen;
+    * a :class:`CostModel`: itself, with its measurement budget reset (a budget bounds each
+      search, not the model's lifetime).
+    """
+    if isinstance(cost_model, CostModel):
+        reset = getattr(cost_model, "reset_budget", None)
+        if callable(reset):
+            reset()
+        return cost_model
+    if cost_model == "analytic":
+        return AnalyticCost(target)
+    if cost_model == "measure":
+        from tvm_taso.cost.measure import MeasuredCost
+
+        return MeasuredCost(target)
+    if cost_model == "learned":
+        from tvm_taso.cost.learned import LearnedCost
+
+        learned = LearnedCost.load_for(target)
+        if learned is None:
+            name = target if isinstance(target, str) else targets.canonical(target)
+            raise ValueError(f"no model trained for {name}; run `tvm-taso cost train` first")
+        return learned
+    if cost_model in (None, "auto"):
+        if targets.kind(target) == "cuda" and targets.device(target) is not None:
+            from tvm_taso.cost.measure import MeasuredCost
+
+            return MeasuredCost(target)
+        learned = _trained_model(target)
+        return learned if learned is not None else AnalyticCost(target)
+    raise ValueError(f"unknown cost model {cost_model!r}; use one of {', '.join(NAMES)} or a CostModel instance")
+
+
+def _trained_model(target):
+    """The learned model for ``target`` if one is trained and loads; None otherwise (without
+    xgboost, or with a broken model file, ``auto`` still works)."""
+    try:
+        from tvm_taso.cost.learned import LearnedCost
+
+        return LearnedCost.load_for(target)
+    except ImportError:
+        return None
+    except Exception:  # noqa: BLE001 - a broken model file must not stop the search
+        log.warning("could not load the learned cost model; using the analytic one", exc_info=True)
+        return None

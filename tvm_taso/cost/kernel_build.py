@@ -1,0 +1,165 @@
+"""A :class:`~tvm_taso.cost.model.Kernel` as a Relax module: built for a target with its default
+pipeline (optionally with the tuned schedules of a MetaSchedule database), with inputs to run it.
+
+Used wherever a kernel is timed: locally (:mod:`.measure`, inside a :mod:`.worker` process) and
+remotely (:mod:`.rpc`, built here and uploaded).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from tvm_taso import target as targets
+from tvm_taso.cost.model import Kernel
+
+
+class MeasureError(Exception):
+    """A kernel that cannot be expressed as a module (not a failure of the target)."""
+
+
+def kernel_module(kernel: Kernel):
+    """A Relax ``main`` whose params are the kernel's external inputs (weights too: a kernel is
+    timed on its shapes, not its values) and whose body is its ops in order.
+
+    The function returns the kernel's outputs (a tuple when there are several)."""
+    import tvm
+    from tvm import relax
+
+    from tvm_taso.ir import ops
+
+    params: list = []
+    bb = relax.BlockBuilder()
+    # Which op outputs are read inside the kernel: the others must be outputs.
+    consumed = {(o[1], o[2]) for _, _, operands in kernel.ops for o in operands if o[0] == "op"}
+    for _, _, operands in kernel.ops:
+        for o in operands:
+            if o[0] == "in" and o[1] is None:
+                raise MeasureError("kernel reads a tuple-valued input")
+    for _, _, operands in kernel.ops:
+        for o in operands:
+            if o[0] == "in":
+                params.append(relax.Var(f"p{len(params)}", relax.TensorType(tuple(o[1].shape), o[1].dtype)))
+    with bb.function("main", params):
+        with bb.dataflow():
+            pit = iter(params)
+            values: list[list] = []  # per op: its output expressions
+            types: list[list] = []
+            for op, attrs, operands in kernel.ops:
+                spec = ops.OPS[op]
+                args = [next(pit) if o[0] == "in" else values[o[1]][o[2]] for o in operands]
+                call = bb.emit(spec.build(args, dict(attrs)))
+                otypes = spec.infer(
+                    [o[1] if o[0] == "in" else types[o[1]][o[2]] for o in operands], dict(attrs)
+                )
+                if isinstance(call.ty, relax.TupleType):
+                    outs = [bb.emit(relax.TupleGetItem(call, i)) for i in range(len(call.ty.fields))]
+                else:
+                    outs = [call]
+                values.append(outs)
+                types.append(list(otypes))
+            results = _select_outputs(kernel, values, types, consumed)
+            out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    return tvm.IRModule({"main": mod["main"]}) if len(mod.functions) > 1 else mod
+
+
+def _select_outputs(kernel, values, types, consumed) -> list:
+    """Match ``kernel.outputs`` (types only) to op outputs: every output no op of the kernel
+    reads must be one; the rest are read inside and outside, taken in order by type."""
+    wanted = list(kernel.outputs)
+    order = [(k, i) for k in range(len(values)) for i in range(len(values[k]))]
+    leaves = [ki for ki in order if ki not in consumed]
+    extra = len(wanted) - len(leaves)
+    chosen, p = [], 0
+    for k, i in order:
+        leaf = (k, i) not in consumed
+        t = types[k][i] if i < len(types[k]) else None
+        if p < len(wanted) and t == wanted[p] and (leaf or extra > 0):
+            chosen.append(values[k][i])
+            p += 1
+            extra -= 0 if leaf else 1
+    if p != len(wanted) or not chosen:
+        chosen = [values[k][i] for k, i in leaves] or [values[-1][0]]
+    return chosen
+
+
+def kernel_inputs(kernel: Kernel, seed: int = 0) -> list[np.ndarray]:
+    """Random arrays for the kernel's external inputs, in parameter order (small integers for
+    integer inputs, so that index-like operands stay in range)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for _, _, operands in kernel.ops:
+        for o in operands:
+            if o[0] != "in":
+                continue
+            shape, dtype = tuple(o[1].shape), o[1].dtype
+            kind = np.dtype(dtype).kind
+            if kind == "f":
+                arrays.append(rng.standard_normal(shape).astype(dtype))
+            elif kind == "b":
+                arrays.append(rng.integers(0, 2, shape).astype(dtype))
+            else:
+                arrays.append(rng.integers(0, 4, shape).astype(dtype))
+    return arrays
+
+
+def _backend(target):
+    kind = target.kind.name
+    return importlib.import_module(
+        "tvm.relax.backend." + ("cuda" if kind == "cuda" else "gpu_generic" if "gpu" in target.keys else "cpu_generic")
+        + ".pipeline"
+    )
+
+
+def _split_at_fusion(target) -> tuple[list, list]:
+    """The target's dispatch + legalize passes, cut right after ``FuseTIR``: MetaSchedule's
+    workloads are the fused TIR functions at that point."""
+    legalize = list(_backend(target).legalize_passes(target))
+    at = next((i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"), len(legalize) - 1) + 1
+    return list(_backend(target).library_dispatch_passes(target)) + legalize[:at], legalize[at:]
+
+
+def fused_module(mod, target):
+    """``mod`` after the target pipeline's passes up to ``FuseTIR`` (what MetaSchedule tunes)."""
+    import tvm
+
+    with target:
+        return tvm.transform.Sequential(_split_at_fusion(target)[0])(mod)
+
+
+def build_pipeline(target, database: str | None = None):
+    """The target's default Relax pipeline (legalize, fuse, dlight on GPUs), with the tuned
+    schedules of a MetaSchedule database (a work dir holding ``database_workload.json`` and
+    ``database_tuning_record.json``) applied after fusion when ``database`` is given."""
+    import tvm
+    from tvm import relax
+
+    if database is None:
+        return relax.get_default_pipeline(target)
+    backend = _backend(target)
+    head, tail = _split_at_fusion(target)
+
+    @tvm.transform.module_pass(opt_level=0)
+    def _pipeline(mod, _ctx):
+        with target:  # MetaScheduleApplyDatabase reads the target from the context when created
+            apply = relax.transform.MetaScheduleApplyDatabase(work_dir=str(database))
+            seq = tvm.transform.Sequential(
+                head + [apply] + tail + list(backend.dataflow_lower_passes(target))
+                + list(backend.finalize_passes(target))
+            )
+            return seq(mod)
+
+    return _pipeline
+
+
+def build_kernel(kernel: Kernel, target, database: str | None = None):
+    """``tvm.compile`` of :func:`kernel_module` for ``target`` (any target form; no device needed)."""
+    import tvm
+
+    target = targets.parse(target)
+    mod = kernel_module(kernel)
+    with target:
+        return tvm.compile(mod, target=target, relax_pipeline=build_pipeline(target, database))

@@ -1,0 +1,104 @@
+"""Latency measured side by side: several variants of one computation timed in the same run,
+alternating (the order flips every round so that neither variant always runs on a warmer
+machine), and each ratio computed pair by pair before taking medians -- machines drift, and a
+ratio of two medians taken minutes apart mixes the drift into the result.
+
+Used by the guard (:mod:`tvm_taso.guard`: keep a rewrite only when it is measured faster), by
+``tvm-taso bench`` and by the benchmark harness (``python -m benchmarks.run``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import numpy as np
+
+from tvm_taso import target as targets
+from tvm_taso.runtime import flatten
+
+log = logging.getLogger(__name__)
+
+
+class CompiledModule:
+    """``mod`` compiled for ``target`` with a Relax pipeline, loaded on the device with its inputs."""
+
+    def __init__(self, mod, target, inputs: list[np.ndarray], pipeline=None):
+        import tvm
+        from tvm import relax
+
+        self.target = targets.parse(target)
+        self.dev = targets.device(self.target)
+        if self.dev is None:
+            raise RuntimeError(f"no {self.target.kind.name} device on this machine to run on")
+        t0 = time.perf_counter()
+        with self.target:
+            pipeline = relax.get_default_pipeline(self.target) if pipeline is None else pipeline
+            exe = tvm.compile(mod, target=self.target, relax_pipeline=pipeline)
+        self.compile_seconds = time.perf_counter() - t0
+        self.vm = relax.VirtualMachine(exe, self.dev)
+        self.args = [tvm.runtime.tensor(a, self.dev) for a in inputs]
+
+    def run(self) -> list[np.ndarray]:
+        return flatten(self.vm["main"](*self.args))
+
+    def time_ms(self, min_repeat_ms: int = 100) -> float:
+        """One sample: mean milliseconds per call over at least ``min_repeat_ms``."""
+        timer = self.vm.time_evaluator("main", self.dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
+        return float(timer(*self.args).mean) * 1e3
+
+
+def side_by_side(samplers: dict[str, Callable[[], float]], repeats: int, time_limit: float | None = None) -> dict:
+    """Call every sampler (each returns one latency sample, in ms) once per round, rotating
+    the order (A B, B A for two; A B C, B C A, C A B for three) so that every variant runs in
+    every position equally often, for ``repeats`` rounds (fewer, but at least 2, if
+    ``time_limit`` seconds pass). Returns ``{name: [ms, ...]}``; sample ``i`` of every variant
+    comes from round ``i``."""
+    for sample in samplers.values():
+        sample()  # warm up: first calls pay for page faults and lazy initialisation
+    names = list(samplers)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    t0 = time.perf_counter()
+    for r in range(max(1, repeats)):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            samples[name].append(samplers[name]())
+        if time_limit is not None and r >= 1 and time.perf_counter() - t0 > time_limit:
+            log.info("stopped timing after %d rounds (%.0f s)", r + 1, time.perf_counter() - t0)
+            break
+    return samples
+
+
+def speedup(before_ms: list[float], after_ms: list[float]) -> dict:
+    """``before / after`` pair by pair: the median ratio and its quartiles (the noise band)."""
+    ratios = np.asarray(before_ms, dtype=float) / np.asarray(after_ms, dtype=float)
+    low, median, high = np.percentile(ratios, [25, 50, 75])
+    return {
+        "ratio": float(median),
+        "ratio_low": float(low),
+        "ratio_high": float(high),
+        "before_ms": float(np.median(before_ms)),
+        "after_ms": float(np.median(after_ms)),
+        "rounds": len(ratios),
+    }
+
+
+def compare_builds(builds: dict[str, CompiledModule], repeats: int = 10, min_repeat_ms: int = 100,
+                   time_limit: float | None = None) -> dict:
+    """Time ``builds["before"]`` and ``builds["after"]`` side by side. Returns :func:`speedup`'s
+    summary plus ``compile_seconds`` and the raw samples."""
+    samples = side_by_side({k: (lambda m=m: m.time_ms(min_repeat_ms)) for k, m in builds.items()}, repeats, time_limit)
+    result = speedup(samples["before"], samples["after"])
+    result["compile_seconds"] = {k: m.compile_seconds for k, m in builds.items()}
+    result["samples_ms"] = samples
+    return result
+
+
+def compare_modules(before, after, target, inputs: list[np.ndarray], repeats: int = 10, pipeline=None,
+                    min_repeat_ms: int = 100, time_limit: float | None = None) -> dict:
+    """Compile both modules with the same pipeline and time them side by side on ``target``
+    (:func:`compare_builds`)."""
+    builds = {"before": CompiledModule(before, target, inputs, pipeline),
+              "after": CompiledModule(after, target, inputs, pipeline)}
+    return compare_builds(builds, repeats, min_repeat_ms, time_limit)

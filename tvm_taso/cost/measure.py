@@ -1,0 +1,293 @@
+"""Measured cost: build each kernel with TVM for the target, time it, remember it forever.
+
+* :func:`run_measurement` builds a kernel (:mod:`.kernel_build`) and times it on this machine's
+  device with ``relax.VirtualMachine`` and ``time_evaluator``; :func:`measure_kernel` runs it in
+  a :class:`~tvm_taso.cost.worker.Worker` process with a timeout and returns a
+  :class:`~tvm_taso.cost.database.Record` (a failure is a record with its status: an infinite
+  cost to the search, which goes on).
+* A *measurer* is what :class:`MeasuredCost` measures through: :class:`LocalMeasurer` (this
+  machine) or :class:`~tvm_taso.cost.rpc.RPCMeasurer` / :class:`~tvm_taso.cost.rpc.RPCPool`
+  (remote devices), all called like :func:`measure_kernel`.
+* :class:`MeasuredCost` is the cost model: a hit in the
+  :class:`~tvm_taso.cost.database.MeasurementDB` or a new measurement (recorded), with a
+  per-search budget after which it falls back to another model (analytic by default), scaled
+  to the measured times.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import statistics
+import time
+
+from tvm_taso import target as targets
+from tvm_taso.cost.analytic import AnalyticCost
+from tvm_taso.cost.database import MeasurementDB, Record
+from tvm_taso.cost.kernel_build import MeasureError, build_kernel, kernel_inputs
+from tvm_taso.cost.model import CostModel, Kernel
+from tvm_taso.cost.worker import Worker, resolve, shared_worker, short_error
+
+log = logging.getLogger("tvm_taso.cost.measure")
+
+RUN_MEASUREMENT = "tvm_taso.cost.measure:run_measurement"
+
+
+def run_measurement(request: dict, progress=lambda phase: None) -> dict:
+    """Build and time one kernel in this process. ``request``: ``kernel`` (Kernel.to_json()),
+    ``target`` (canonical string), ``repeats``, ``warmup``, ``min_repeat_ms``, ``database``.
+    Returns ``{"status", "median_us", "samples_us", "error"}``."""
+    import tvm
+    from tvm import relax
+
+    kernel = Kernel.from_json(request["kernel"])
+    try:
+        ex = build_kernel(kernel, request["target"], request.get("database"))
+    except Exception as err:  # noqa: BLE001
+        return {"status": "build_error", "error": short_error(err)}
+    progress("built")
+    try:
+        dev = targets.device(request["target"])
+        if dev is None:
+            return {"status": "runtime_error", "error": f"no {targets.kind(request['target'])} device on this machine"}
+        vm = relax.VirtualMachine(ex, dev)
+        args = [tvm.runtime.tensor(a, dev) for a in kernel_inputs(kernel)]
+        for _ in range(max(1, int(request.get("warmup", 3)))):
+            vm["main"](*args)
+        dev.sync()
+        timer = vm.time_evaluator(
+            "main", dev, number=1, repeat=max(1, int(request.get("repeats", 10))),
+            min_repeat_ms=int(request.get("min_repeat_ms", 1)),
+        )
+        samples = [float(s) * 1e6 for s in timer(*args).results]
+    except Exception as err:  # noqa: BLE001
+        return {"status": "runtime_error", "error": short_error(err)}
+    return {"status": "ok", "median_us": statistics.median(samples), "samples_us": samples, "error": ""}
+
+
+def measure_kernel(
+    kernel: Kernel,
+    target=None,
+    repeats: int = 10,
+    timeout: float = 60.0,
+    *,
+    warmup: int = 3,
+    min_repeat_ms: int = 1,
+    database: str | None = None,
+    isolate: bool = True,
+    worker: Worker | None = None,
+    fn: str | None = None,
+) -> Record:
+    """Build and time ``kernel`` on ``target``; never raises for the kernel's own failures.
+
+    ``isolate`` (default) runs it in a worker process bounded by ``timeout`` seconds (build and
+    run together); ``fn`` ("module:function", taking ``(request, progress)``) replaces
+    :func:`run_measurement` (tests inject failures with it)."""
+    tstr = targets.canonical(target)
+    request = {
+        "kernel": kernel.to_json(), "target": tstr, "repeats": repeats, "warmup": warmup,
+        "min_repeat_ms": min_repeat_ms, "database": os.path.abspath(database) if database else None,
+        "fn": fn or RUN_MEASUREMENT,
+    }
+    if isolate:
+        result = (worker or shared_worker()).request(request, timeout)
+    else:
+        try:
+            result = resolve(request["fn"])(request, lambda phase: None)
+        except Exception as err:  # noqa: BLE001
+            result = {"status": "runtime_error", "error": short_error(err)}
+    return result_record(kernel, db_target(tstr, database), result)
+
+
+def result_record(kernel: Kernel, target: str, result: dict) -> Record:
+    """The database record of a measurement ``result`` (a worker's result dict)."""
+    status = result.get("status", "runtime_error")
+    median = result.get("median_us") if status == "ok" else None
+    return Record(
+        key=kernel.key(), target=target, kernel=kernel.to_json(), status=status,
+        median_us=None if median is None else float(median),
+        samples_us=[float(s) for s in result.get("samples_us") or []] if status == "ok" else [],
+        error=str(result.get("error") or ""),
+    )
+
+
+def db_target(tstr: str, database: str | None) -> str:
+    """The database's target string: the canonical target, marked with the MetaSchedule database
+    when tuned schedules were applied (tuned and untuned timings are different facts)."""
+    if not database:
+        return tstr
+    data = json.loads(tstr)
+    data["taso:ms_database"] = os.path.abspath(str(database))
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+class LocalMeasurer:
+    """Measures on this machine with :func:`measure_kernel` (``isolate``, ``worker`` and ``fn``
+    as there)."""
+
+    def __init__(self, isolate: bool = True, worker: Worker | None = None, fn: str | None = None):
+        self.isolate, self.worker, self.fn = isolate, worker, fn
+
+    def __call__(self, kernel: Kernel, target=None, repeats: int = 10, timeout: float = 60.0, **kw) -> Record:
+        return measure_kernel(kernel, target, repeats, timeout, isolate=self.isolate, worker=self.worker,
+                              fn=self.fn, **kw)
+
+    def record_target(self, target_string: str) -> str:
+        """The target string its records are kept under (a local one is the target itself)."""
+        return target_string
+
+    def describe(self) -> dict:
+        return {}
+
+
+class MeasuredCost(CostModel):
+    """Kernel cost = its measured median time on the target, in microseconds.
+
+    Each distinct kernel is looked up in the :class:`MeasurementDB` (``db``: a DB, a path, or
+    None for the default file) and measured through ``measurer`` only on a miss (default a
+    :class:`LocalMeasurer` made from ``isolate``, ``worker`` and ``fn``; an
+    :class:`~tvm_taso.cost.rpc.RPCMeasurer` measures remotely); failed kernels (build error,
+    runtime error, timeout) cost infinity. ``max_measurements`` and ``time_limit`` (seconds
+    spent measuring) bound the new measurements of one search (:meth:`reset_budget` starts a
+    new one; ``optimize`` does); past them, or when the measurer cannot measure at all, kernels
+    are priced by ``fallback`` (default :class:`AnalyticCost` of the target) scaled by the
+    median ratio measured/fallback of the target's recorded kernels, so the two stay
+    comparable. ``database`` is a MetaSchedule work dir whose tuned schedules are applied
+    before timing (CPU timings of untuned kernels mislead)."""
+
+    name = "measure"
+
+    def __init__(
+        self,
+        target=None,
+        db: MeasurementDB | str | os.PathLike | None = None,
+        *,
+        measurer=None,
+        repeats: int = 10,
+        warmup: int = 3,
+        min_repeat_ms: int = 1,
+        timeout: float = 60.0,
+        database: str | os.PathLike | None = None,
+        max_measurements: int | None = None,
+        time_limit: float | None = None,
+        fallback: CostModel | None = None,
+        isolate: bool = True,
+        worker: Worker | None = None,
+        fn: str | None = None,
+    ):
+        super().__init__()
+        self.target = targets.canonical(target)
+        self.measurer = measurer if measurer is not None else LocalMeasurer(isolate, worker, fn)
+        self.database = str(database) if database else None
+        self.db_target = self.measurer.record_target(db_target(self.target, self.database))
+        self.db = db if isinstance(db, MeasurementDB) else MeasurementDB(db)
+        self.repeats, self.warmup, self.min_repeat_ms, self.timeout = repeats, warmup, min_repeat_ms, timeout
+        self.max_measurements, self.time_limit = max_measurements, time_limit
+        self.fallback = fallback if fallback is not None else AnalyticCost(self.target)
+        self.measured = self.cached = self.failed = self.fallbacks = 0
+        self.measure_seconds = 0.0
+        self._budget_used = 0
+        self._budget_seconds = 0.0
+        self._cannot_measure = False  # the measurer itself failed: stop trying for this search
+        self._scale: float | None = None
+
+    def reset_budget(self) -> None:
+        """Start a new search: the measurement budget and time limit count from here."""
+        self._budget_used = 0
+        self._budget_seconds = 0.0
+        self._cannot_measure = False
+
+    def _budget_left(self) -> bool:
+        if self._cannot_measure:
+            return False
+        if self.max_measurements is not None and self._budget_used >= self.max_measurements:
+            return False
+        if self.time_limit is not None and self._budget_seconds >= self.time_limit:
+            return False
+        return True
+
+    def kernel_cost(self, kernel: Kernel) -> float:
+        try:
+            key = kernel.key()
+            rec = self.db.get(key, self.db_target)
+        except Exception:  # noqa: BLE001
+            log.debug("database lookup failed", exc_info=True)
+            rec, key = None, None
+        if rec is not None:
+            self.cached += 1
+            return rec.cost
+        if key is None or not self._budget_left():
+            return self._fallback_cost(kernel)
+        t0 = time.perf_counter()
+        try:
+            rec = self.measurer(kernel, self.target, self.repeats, self.timeout, warmup=self.warmup,
+                                min_repeat_ms=self.min_repeat_ms, database=self.database)
+        except MeasureError:
+            return self._fallback_cost(kernel)
+        except Exception as err:  # noqa: BLE001 - the worker or the device failed, not the kernel
+            log.warning("cannot measure (%s); pricing kernels with the %s cost model instead", err, self.fallback.name)
+            self._cannot_measure = True
+            return self._fallback_cost(kernel)
+        finally:
+            dt = time.perf_counter() - t0
+            self.measure_seconds += dt
+            self._budget_seconds += dt
+        self._budget_used += 1
+        if rec.error.startswith("MeasureError"):
+            return self._fallback_cost(kernel)
+        self.measured += 1
+        if not rec.ok:
+            self.failed += 1
+            log.info("kernel %s (%s): %s: %s", rec.key, kernel.anchor, rec.status, rec.error.splitlines()[0] if rec.error else "")
+        try:
+            self.db.add(rec)
+        except Exception:  # noqa: BLE001
+            log.warning("could not record a measurement in %s", self.db.path, exc_info=True)
+        self._scale = None
+        return rec.cost
+
+    def _fallback_cost(self, kernel: Kernel) -> float:
+        """The fallback's price, scaled; infinity (with a warning) if it cannot price the kernel
+        either: an unpriceable kernel must never look free to the search."""
+        self.fallbacks += 1
+        try:
+            return self.fallback.kernel_cost(kernel) * self.scale()
+        except Exception as err:  # noqa: BLE001
+            log.warning("kernel %s (%s) has no price (%s cost model: %s); counting it as infinitely slow",
+                        kernel.key(), kernel.anchor, self.fallback.name, short_error(err, 300))
+            return math.inf
+
+    def scale(self) -> float:
+        """Median of measured / fallback over (up to 200 of) this target's recorded kernels."""
+        if self._scale is None:
+            ratios = []
+            for rec in self.db.records(self.db_target)[-200:]:
+                if not rec.ok:
+                    continue
+                try:
+                    est = self.fallback.kernel_cost(Kernel.from_json(rec.kernel))
+                except Exception:  # noqa: BLE001
+                    continue
+                if est > 0:
+                    ratios.append(rec.median_us / est)
+            self._scale = statistics.median(ratios) if ratios else 1.0
+        return self._scale
+
+    def describe(self) -> dict:
+        looked_up = self.measured + self.cached
+        return {
+            "name": self.name,
+            "target": self.db_target,
+            "db": str(self.db.path),
+            "measured": self.measured,
+            "cached": self.cached,
+            "failed": self.failed,
+            "fallback": self.fallbacks,
+            "hit_rate": (self.cached / looked_up) if looked_up else None,
+            "measure_seconds": round(self.measure_seconds, 3),
+            "fallback_model": self.fallback.name,
+            "ms_database": self.database,
+            **self.measurer.describe(),
+        }

@@ -1,0 +1,181 @@
+"""The kernel partition and the :class:`CostModel` interface.
+
+A graph's cost is the sum of the costs of the kernels TVM would build from it. :func:`kernels`
+groups ops the way TVM's FuseOps does (an elementwise op folds into its producer's kernel, a
+reshape is a view, weight-only expressions are folded away before codegen); a
+:class:`CostModel` prices one :class:`Kernel`. The models themselves live beside this module:
+:mod:`.analytic` (roofline), :mod:`.measure` (timed), :mod:`.learned` (predicted).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from tvm_taso.ir import ops
+from tvm_taso.ir.graph import LEAVES, Graph, Ref
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One fused kernel: its ops in order, with each operand either an external tensor type
+    or the index of an earlier op in the kernel."""
+
+    ops: tuple  # (op, attrs, operands) where operand = ("in", TensorType) | ("op", k, out idx)
+    outputs: tuple  # TensorTypes the kernel writes
+
+    @property
+    def anchor(self) -> str:
+        return self.ops[0][0]
+
+    def to_json(self) -> dict:
+        """Plain data (for the measurement database); :meth:`from_json` inverts it."""
+
+        def operand(o):
+            if o[0] == "in":
+                return ["in", list(o[1].shape), o[1].dtype] if o[1] is not None else ["in", None, None]
+            return ["op", o[1], o[2]]
+
+        return {
+            "ops": [[op, [[k, _jsonable(v)] for k, v in attrs], [operand(o) for o in operands]]
+                    for op, attrs, operands in self.ops],
+            "outputs": [[list(t.shape), t.dtype] for t in self.outputs],
+        }
+
+    @staticmethod
+    def from_json(data: dict) -> "Kernel":
+        def operand(o):
+            if o[0] == "in":
+                return ("in", ops.TensorType(tuple(o[1]), o[2]) if o[1] is not None else None)
+            return ("op", o[1], o[2])
+
+        body = tuple(
+            (op, tuple((k, _hashable(v)) for k, v in attrs), tuple(operand(o) for o in operands))
+            for op, attrs, operands in data["ops"]
+        )
+        return Kernel(body, tuple(ops.TensorType(tuple(s), d) for s, d in data["outputs"]))
+
+    def key(self) -> str:
+        """A stable digest of the kernel (same kernel, same key, in any process)."""
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _jsonable(v):
+    return list(_jsonable(x) for x in v) if isinstance(v, tuple) else v
+
+
+def _hashable(v):
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+
+
+def weight_only(g: Graph) -> set[int]:
+    """Nodes computed from constants alone: folded before codegen, so they cost nothing."""
+    return g.derived("weight_only", _weight_only)
+
+
+def _weight_only(g: Graph) -> set[int]:
+    folded: set[int] = set()
+    for nid in g.topo_order():
+        n = g.nodes[nid]
+        if n.op == "const" or (
+            n.op not in LEAVES and n.op != "opaque" and n.inputs and all(s in folded for s, _ in n.inputs)
+        ):
+            folded.add(nid)
+    return folded
+
+
+def kernels(g: Graph) -> list[Kernel]:
+    """The fused kernels TVM would build for ``g`` (opaque nodes are not priced: no rewrite
+    changes them)."""
+    free = weight_only(g)
+    users = g.users()
+    order = g.topo_order()
+    group_of: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    kind_of: dict[int, str] = {}
+
+    def producer(ref: Ref) -> int | None:
+        nid = ref[0]
+        while nid not in free:
+            n = g.nodes[nid]
+            if n.op in LEAVES or n.op == "opaque":
+                return None
+            if ops.OPS[n.op].kind != ops.VIEW:
+                return nid
+            nid = n.inputs[0][0]
+        return None
+
+    for nid in order:
+        n = g.nodes[nid]
+        if nid in free or n.op in LEAVES or n.op == "opaque" or ops.OPS[n.op].kind == ops.VIEW:
+            continue
+        kind = ops.OPS[n.op].kind
+        target = None
+        if kind in (ops.ELEMWISE, ops.INJECTIVE) and n.inputs:
+            for ref in n.inputs:
+                p = producer(ref)
+                if p is None or p not in group_of or len(set(users[p])) != 1:
+                    continue
+                gkind = kind_of[group_of[p]]
+                if kind == ops.ELEMWISE or gkind in (ops.ELEMWISE, ops.INJECTIVE):
+                    target = group_of[p]
+                    break
+        if target is None:
+            target = nid
+            members[nid] = []
+            kind_of[nid] = kind
+        group_of[nid] = target
+        members[target].append(nid)
+
+    result = []
+    outside = set(g.outputs)
+    for head in sorted(members):
+        ids = members[head]
+        local = {nid: k for k, nid in enumerate(ids)}
+        body = []
+        for nid in ids:
+            n = g.nodes[nid]
+            operands = tuple(
+                ("op", local[s], i) if s in local else ("in", g.type_of((s, i)) if i >= 0 else None)
+                for s, i in n.inputs
+            )
+            body.append((n.op, n.attrs, operands))
+        outs = []
+        for nid in ids:
+            n = g.nodes[nid]
+            escapes = any(u not in local for u in users[nid]) or any(r[0] == nid for r in outside)
+            if escapes:
+                outs.extend(t for t in n.types if t is not None)
+        result.append(Kernel(tuple(body), tuple(outs)))
+    return result
+
+
+class CostModel(abc.ABC):
+    """Prices kernels; a graph costs the sum of its kernels. Costs are in microseconds."""
+
+    name = "abstract"
+
+    def __init__(self):
+        self._memo: dict[Kernel, float] = {}
+
+    @abc.abstractmethod
+    def kernel_cost(self, kernel: Kernel) -> float:
+        """Estimated (or measured) time of one kernel, in microseconds."""
+
+    def cost(self, g: Graph) -> float:
+        return g.derived(f"cost:{id(self)}", self._graph_cost)
+
+    def _graph_cost(self, g: Graph) -> float:
+        total = 0.0
+        for k in kernels(g):
+            c = self._memo.get(k)
+            if c is None:
+                c = self._memo[k] = self.kernel_cost(k)
+            total += c
+        return total
+
+    def describe(self) -> dict:
+        return {"name": self.name}

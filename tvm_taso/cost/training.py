@@ -1,0 +1,205 @@
+"""Training the learned cost model: which kernels to measure, fitting, held-out scores.
+
+* :func:`model_kernels` / :func:`search_kernels` list the kernels a model has / a search over
+  it prices: what to measure for training.
+* :func:`train` fits a :class:`~tvm_taso.cost.learned.LearnedCost` on
+  :class:`~tvm_taso.cost.database.Record` s and reports, on a held-out split, the Spearman rank
+  correlation (what the search needs: the *order* of candidates) and the median relative error
+  (what the reported costs need); :func:`evaluate` scores a model on other records.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+import warnings
+from collections import Counter
+
+import numpy as np
+
+from tvm_taso import target as targets
+from tvm_taso.cost.analytic import AnalyticCost
+from tvm_taso.cost.learned import FEATURE_NAMES, LearnedCost, features_matrix
+from tvm_taso.cost.model import Kernel, kernels
+from tvm_taso.ir.relax_bridge import block_graphs
+from tvm_taso.optimize import TasoSkippedWarning, optimize
+
+log = logging.getLogger("tvm_taso.cost.training")
+
+
+class _Recorder(AnalyticCost):
+    """The roofline, remembering every distinct kernel it is asked about (in order)."""
+
+    name = "analytic"
+
+    def __init__(self, target=None):
+        super().__init__(target)
+        self.seen: dict[Kernel, None] = {}
+
+    def kernel_cost(self, kernel: Kernel) -> float:
+        self.seen.setdefault(kernel, None)
+        return super().kernel_cost(kernel)
+
+
+def model_kernels(mod) -> list[Kernel]:
+    """The distinct kernels of every dataflow block of ``mod`` as it is."""
+    found: dict[Kernel, None] = {}
+    for g in block_graphs(mod):
+        for k in kernels(g):
+            found.setdefault(k, None)
+    return list(found)
+
+
+def search_kernels(mod, target=None, **optimize_kw) -> list[Kernel]:
+    """The distinct kernels a search over ``mod`` prices (the model's own and every candidate's,
+    with the analytic model steering): the kernels a cost model for this model must rank."""
+    rec = _Recorder(target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TasoSkippedWarning)
+        optimize(mod, target=target, cost_model=rec, **optimize_kw)
+    return list(rec.seen)
+
+
+DEFAULT_PARAMS = dict(
+    max_depth=6,
+    eta=0.08,
+    subsample=0.9,
+    colsample_bytree=0.9,
+    min_child_weight=1.0,
+    reg_lambda=1.0,
+    objective="reg:squarederror",
+    tree_method="hist",
+)
+DEFAULT_ROUNDS = 300
+
+
+def _fit(x, y, seed: int, params: dict | None):
+    """An :class:`xgboost.Booster` fitted to ``y`` (log µs) on features ``x``."""
+    import xgboost
+
+    p = dict(DEFAULT_PARAMS)
+    p.update(params or {})
+    rounds = int(p.pop("n_estimators", p.pop("num_boost_round", DEFAULT_ROUNDS)))
+    p.setdefault("seed", seed)
+    p.setdefault("nthread", 1)  # tiny data: threads only add OpenMP spinning (10x slower on a busy machine)
+    p.setdefault("verbosity", 0)
+    dtrain = xgboost.DMatrix(x, label=y, feature_names=[n.replace(":", "_") for n in FEATURE_NAMES])
+    return xgboost.train(p, dtrain, num_boost_round=rounds)
+
+
+def _predict_log(booster, x) -> np.ndarray:
+    return np.asarray(booster.inplace_predict(x), dtype=np.float64).reshape(-1)
+
+
+def _usable(records, target):
+    """(kernels, µs) of the ok records for ``target`` (latest per key), and how many failed."""
+    latest = {}
+    for r in records:
+        if target is not None and r.target != target:
+            continue
+        latest[r.key] = r
+    ks, ys, failed = [], [], 0
+    for r in latest.values():
+        if not r.ok or not r.median_us or r.median_us <= 0 or not math.isfinite(r.median_us):
+            failed += 1
+            continue
+        try:
+            k = Kernel.from_json(r.kernel)
+        except Exception:  # noqa: BLE001
+            failed += 1
+            continue
+        ks.append(k)
+        ys.append(float(r.median_us))
+    return ks, np.asarray(ys, dtype=np.float64), failed
+
+
+def _spearman(a, b) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None
+    return float(spearmanr(a, b).statistic)
+
+
+def _rel_error(pred, true) -> float | None:
+    if len(true) == 0:
+        return None
+    return float(np.median(np.abs(pred - true) / true))
+
+
+def evaluate(model: "LearnedCost", records, target=None) -> dict:
+    """Spearman and median relative error of ``model`` on ``records`` (ok ones)."""
+    ks, y, _ = _usable(records, target)
+    pred = model.predict(ks)
+    return {"records": len(ks), "spearman": _spearman(pred, y), "median_rel_error": _rel_error(pred, y)}
+
+
+def train(
+    records,
+    target=None,
+    *,
+    test_fraction: float = 0.25,
+    seed: int = 0,
+    params: dict | None = None,
+    refit: bool = True,
+) -> tuple[LearnedCost, dict]:
+    """Fit a :class:`LearnedCost` on measurement ``records`` (ok ones, for ``target``; default:
+    the target most records are for) and report held-out metrics.
+
+    A random ``test_fraction`` of the kernels is held out; the model fitted on the rest is
+    scored there: ``spearman`` (rank correlation of predicted and measured times),
+    ``median_rel_error`` (median of |pred - measured| / measured), and the same for the
+    roofline :class:`~tvm_taso.cost.analytic.AnalyticCost` (``analytic_spearman``; its relative error
+    after scaling it by the median measured/estimated ratio of the training kernels) for
+    comparison. With ``refit`` (default) the returned model is then refitted on every record.
+    ValueError with fewer than 4 usable records."""
+    records = list(records)
+    if target is None:
+        counts = Counter(r.target for r in records if r.ok)
+        if not counts:
+            raise ValueError("no successful measurements to train on")
+        target = counts.most_common(1)[0][0]
+    else:
+        target = targets.canonical(target)
+    t0 = time.perf_counter()
+    ks, y, failed = _usable(records, target)
+    if len(ks) < 4:
+        raise ValueError(f"need at least 4 successful measurements for {target}, have {len(ks)}")
+    x = features_matrix(ks)
+    logy = np.log(y)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(ks))
+    n_test = int(round(len(ks) * test_fraction)) if test_fraction > 0 else 0
+    n_test = min(max(n_test, 2 if test_fraction > 0 else 0), len(ks) - 2)
+    test, tr = order[:n_test], order[n_test:]
+    model = _fit(x[tr], logy[tr], seed, params)
+    metrics = {
+        "target": target,
+        "records_used": len(ks),
+        "records_failed_skipped": failed,
+        "train": int(len(tr)),
+        "test": int(len(test)),
+        "seed": seed,
+        "spearman": None,
+        "median_rel_error": None,
+        "train_spearman": _spearman(_predict_log(model, x[tr]), logy[tr]),
+    }
+    if len(test):
+        pred = np.exp(_predict_log(model, x[test]))
+        metrics["spearman"] = _spearman(pred, y[test])
+        metrics["median_rel_error"] = _rel_error(pred, y[test])
+        try:
+            analytic = AnalyticCost(target)
+            est = np.array([analytic.kernel_cost(ks[i]) for i in range(len(ks))])
+            scale = statistics.median(y[tr] / est[tr])
+            metrics["analytic_spearman"] = _spearman(est[test], y[test])
+            metrics["analytic_median_rel_error"] = _rel_error(est[test] * scale, y[test])
+        except Exception:  # noqa: BLE001 - the comparison is informative only
+            log.debug("analytic comparison failed", exc_info=True)
+    if refit and len(test):
+        model = _fit(x, logy, seed, params)
+    metrics["refit_on_all"] = bool(refit and len(test))
+    metrics["train_seconds"] = round(time.perf_counter() - t0, 3)
+    return LearnedCost(model, target, metrics=metrics), metrics

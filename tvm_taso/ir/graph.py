@@ -1,0 +1,271 @@
+"""The tensor graph the search works on: a copy-on-write DAG of ops with static types.
+
+A Relax dataflow block becomes one :class:`Graph` (see :mod:`tvm_taso.ir.relax_bridge`). Nodes
+are known ops (:mod:`tvm_taso.ir.ops`), leaves (``input``, ``const``) or ``opaque`` bindings the
+optimizer must keep as they are. A value is a :data:`Ref` ``(node id, output index)``; index
+``-1`` names a multi-output node's whole tuple. Identical nodes are shared (hash-consing), so a
+rule that recreates an existing expression reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tvm_taso.ir import ops
+from tvm_taso.ir.ops import OpError, TensorType
+
+Ref = tuple[int, int]
+LEAVES = ("input", "const")
+COMMUTATIVE = ("add", "multiply")
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    op: str
+    inputs: tuple[Ref, ...]
+    attrs: tuple  # sorted (name, value) pairs
+    types: tuple  # one TensorType (or None for a non-tensor value) per output
+    payload: object = field(default=None, compare=False)  # origin var / leaf value / opaque expr
+
+    @property
+    def attr(self) -> dict:
+        return dict(self.attrs)
+
+    def key(self):
+        return (self.op, self.inputs, self.attrs)
+
+
+class CycleError(ValueError):
+    pass
+
+
+class Graph:
+    """A dataflow graph. ``outputs`` are the refs that must survive (used outside)."""
+
+    def __init__(self):
+        self.nodes: dict[int, Node] = {}
+        self.outputs: list[Ref] = []
+        self._next = 0
+        self._index: dict = {}
+        self._derived: dict = {}  # facts computed from the current nodes (users, order, hash...)
+
+    # -- building ---------------------------------------------------------------------------
+    def copy(self) -> Graph:
+        g = Graph.__new__(Graph)
+        g.nodes = dict(self.nodes)
+        g.outputs = list(self.outputs)
+        g._next = self._next
+        g._index = dict(self._index)
+        g._derived = {}
+        return g
+
+    def derived(self, name: str, compute):
+        """``compute(self)``, cached until the graph changes."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
+
+    def _insert(self, node: Node) -> int:
+        nid = self._next
+        self._next += 1
+        self.nodes[nid] = node
+        if node.op not in LEAVES and node.op != "opaque":
+            self._index.setdefault(node.key(), nid)
+        self._derived = {}
+        return nid
+
+    def add_leaf(self, op: str, ty: TensorType | None, payload, key) -> int:
+        return self._insert(Node(op, (), (("key", key),), (ty,), payload))
+
+    def add_opaque(self, inputs: tuple[Ref, ...], types: tuple, payload) -> int:
+        return self._insert(Node("opaque", tuple(inputs), (), tuple(types), payload))
+
+    def add(self, op: str, inputs, attrs: dict, origin=None) -> int:
+        """Add a known op (or find the identical one); raises OpError if types do not check."""
+        spec = ops.OPS[op]
+        full = dict(spec.defaults)
+        full.update(attrs)
+        inputs = tuple(inputs)
+        if op in COMMUTATIVE and self.nodes[inputs[0][0]].op == "const" and self.nodes[inputs[1][0]].op != "const":
+            inputs = (inputs[1], inputs[0])  # one spelling for `bias + x` and `x + bias`
+        in_types = [self.type_of(r) for r in inputs]
+        full = ops.canonical_attrs(op, in_types, full)
+        key = (op, inputs, tuple(sorted(full.items())))
+        found = self._index.get(key)
+        if found is not None and found in self.nodes:
+            return found
+        types = ops.infer(op, in_types, full)
+        return self._insert(Node(op, inputs, key[2], tuple(types), origin))
+
+    # -- queries ----------------------------------------------------------------------------
+    def type_of(self, ref: Ref) -> TensorType:
+        ty = self.nodes[ref[0]].types[ref[1]] if ref[1] >= 0 else None
+        if ty is None:
+            raise OpError(f"value {ref} is not a tensor")
+        return ty
+
+    def users(self) -> dict[int, list[int]]:
+        return self.derived("users", _users)
+
+    def topo_order(self) -> list[int]:
+        """Node ids, producers first (ties broken by id); CycleError if there is a cycle."""
+        return self.derived("topo", _topo_order)
+
+    def structural_hash(self) -> str:
+        """Hash of what the outputs compute, independent of node ids."""
+        return self.derived("hash", lambda g: _hash(g, canonical_leaves=False))
+
+    def shape_hash(self) -> str:
+        """Like :meth:`structural_hash`, but leaves are told apart only by kind, type and order:
+        two regions with this hash in common differ only in which tensors they read (e.g. the
+        weights of two identical layers)."""
+        return self.derived("shape_hash", lambda g: _hash(g, canonical_leaves=True))
+
+    # -- rewriting --------------------------------------------------------------------------
+    def replace_uses(self, mapping: dict[Ref, Ref]) -> None:
+        """Make every consumer of ``old`` read ``new`` instead (in place)."""
+        if not mapping:
+            return
+        for nid, node in list(self.nodes.items()):
+            if any(r in mapping for r in node.inputs):
+                new_inputs = tuple(mapping.get(r, r) for r in node.inputs)
+                self.nodes[nid] = Node(node.op, new_inputs, node.attrs, node.types, node.payload)
+                if node.op not in LEAVES and node.op != "opaque":
+                    if self._index.get(node.key()) == nid:
+                        del self._index[node.key()]
+                    self._index.setdefault(self.nodes[nid].key(), nid)
+        self.outputs = [mapping.get(r, r) for r in self.outputs]
+        self._derived = {}
+
+    def prune(self) -> None:
+        """Drop nodes nothing needed depends on."""
+        live = set()
+        stack = [r[0] for r in self.outputs]
+        while stack:
+            nid = stack.pop()
+            if nid in live:
+                continue
+            live.add(nid)
+            stack.extend(src for src, _ in self.nodes[nid].inputs)
+        if len(live) != len(self.nodes):
+            for nid in [n for n in self.nodes if n not in live]:
+                node = self.nodes.pop(nid)
+                if self._index.get(node.key()) == nid:
+                    del self._index[node.key()]
+            self._derived = {}
+
+    def describe(self) -> dict:
+        """The graph as plain data (for reports and pictures); ``weight`` marks nodes computed
+        from constants alone (folded away after the search)."""
+        nodes, weights = [], set()
+        for nid in self.topo_order():
+            n = self.nodes[nid]
+            if n.op == "const" or (n.op not in LEAVES and n.op != "opaque" and n.inputs
+                                   and all(s in weights for s, _ in n.inputs)):
+                weights.add(nid)
+            types = [str(t) if t is not None else "?" for t in n.types]
+            nodes.append({"id": nid, "op": n.op, "inputs": [list(r) for r in n.inputs], "types": types,
+                          "weight": nid in weights})
+        return {"nodes": nodes, "outputs": [list(r) for r in self.outputs]}
+
+    # -- evaluation -------------------------------------------------------------------------
+    def evaluate(self, feeds: dict[int, np.ndarray]) -> dict[Ref, np.ndarray]:
+        """Reference (numpy) values of every ref; ``feeds`` maps input node ids to arrays."""
+        values: dict[Ref, np.ndarray] = {}
+        for nid in self.topo_order():
+            n = self.nodes[nid]
+            if n.op == "input":
+                values[(nid, 0)] = np.asarray(feeds[nid])
+            elif n.op == "const":
+                values[(nid, 0)] = n.payload[0]
+            elif n.op == "opaque":
+                raise OpError("cannot evaluate an opaque node")
+            else:
+                outs = ops.evaluate(n.op, [values[r] for r in n.inputs], n.attr)
+                for i, (arr, ty) in enumerate(zip(outs, n.types)):
+                    values[(nid, i)] = np.asarray(arr).astype(ty.dtype, copy=False)
+        return values
+
+
+def _users(g: Graph) -> dict[int, list[int]]:
+    users: dict[int, list[int]] = {nid: [] for nid in g.nodes}
+    for nid, node in g.nodes.items():
+        for src, _ in node.inputs:
+            users[src].append(nid)
+    return users
+
+
+def _topo_order(g: Graph) -> list[int]:
+    import heapq
+
+    pending = {nid: len({src for src, _ in n.inputs}) for nid, n in g.nodes.items()}
+    users = g.users()
+    ready = [nid for nid, k in pending.items() if k == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        nid = heapq.heappop(ready)
+        order.append(nid)
+        for u in dict.fromkeys(users[nid]):
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(g.nodes):
+        raise CycleError("the graph has a cycle")
+    return order
+
+
+def _hash(g: Graph, canonical_leaves: bool) -> str:
+    memo: dict[int, bytes] = {}
+    leaf_rank = {nid: k for k, nid in enumerate(sorted(n for n, node in g.nodes.items() if node.op in LEAVES))}
+    for nid in g.topo_order():
+        n = g.nodes[nid]
+        if canonical_leaves and n.op in LEAVES:
+            text = repr((n.op, n.types, leaf_rank[nid]))
+        else:
+            text = repr((n.op, n.attrs, [(memo[s], i) for s, i in n.inputs]))
+            if n.op == "opaque":
+                text += str(id(n.payload))
+        memo[nid] = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    h = hashlib.blake2b(digest_size=16)
+    for s, i in g.outputs:
+        h.update(memo[s] + str(i).encode())
+    return h.hexdigest()
+
+
+def fold_constants(graph: Graph) -> int:
+    """Replace every known op whose operands are all constants by its value (TASO's weight
+    preprocessing). Returns the number of ops folded."""
+    folded = 0
+    mapping: dict[Ref, Ref] = {}
+    values: dict[Ref, np.ndarray] = {}
+    for nid in graph.topo_order():
+        n = graph.nodes[nid]
+        if n.op == "const":
+            values[(nid, 0)] = n.payload[0]
+            continue
+        if n.op in LEAVES or n.op == "opaque" or not n.inputs:
+            continue
+        inputs = [mapping.get(r, r) for r in n.inputs]
+        if not all(r in values for r in inputs):
+            continue
+        # arithmetic in float64 so that folding adds no rounding; data movement needs no copy
+        moves_data = ops.OPS[n.op].kind in (ops.INJECTIVE, ops.VIEW)
+        try:
+            outs = ops.evaluate(
+                n.op, [values[r] if moves_data else values[r].astype(np.float64) for r in inputs], n.attr
+            )
+        except OpError:
+            continue
+        folded += 1
+        for i, (arr, ty) in enumerate(zip(outs, n.types)):
+            arr = np.ascontiguousarray(np.asarray(arr).astype(ty.dtype, copy=False))
+            cid = graph.add_leaf("const", ty, (arr, None), key=("folded", nid, i))
+            mapping[(nid, i)] = (cid, 0)
+            values[(cid, 0)] = arr
+    graph.replace_uses(mapping)
+    graph.prune()
+    return folded

@@ -1,0 +1,320 @@
+"""Cost-based backtracking search (TASO's Algorithm 2), run region by region.
+
+``search(graph, rules, cost)`` splits the graph into regions of about ``region_size`` ops
+(consecutive in topological order, then a second pass on windows shifted by half a region so
+that rewrites across a boundary are found), and in each region runs a best-first search: pop
+the cheapest graph, apply every rule at every site, keep a new graph if its cost is below
+``alpha`` times the best so far. Graphs are deduplicated by structural hash; a candidate with a
+cycle or more than twice the original ops is dropped. Both the number of expanded graphs per
+region (``budget``) and the wall clock (``time_limit``) bound the work.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tvm_taso.rewrite import match
+from tvm_taso.cost.model import CostModel, weight_only
+from tvm_taso.ir.graph import LEAVES, Graph, Ref, fold_constants
+from tvm_taso.rewrite.rule import Rule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SearchStats:
+    expanded: int = 0
+    candidates: int = 0
+    regions: int = 0
+    regions_cut_short: int = 0
+    reused: int = 0  # regions that took the result of an identical region
+    folded: int = 0  # weight expressions folded to constants between regions
+    stopped: Counter = field(default_factory=Counter)  # why each region's search ended
+
+    def absorb(self, other: "SearchStats", kept: bool) -> None:
+        """Add ``other``'s work; its results (rules, curve, rewrites) only if they were ``kept``."""
+        self.expanded += other.expanded
+        self.candidates += other.candidates
+        self.regions += other.regions
+        self.regions_cut_short += other.regions_cut_short
+        self.reused += other.reused
+        self.stopped.update(other.stopped)
+        if kept:
+            self.folded += other.folded
+            self.applied.update(other.applied)
+            self.curve.extend(other.curve)
+            self.rewrites.extend(other.rewrites)
+    applied: Counter = field(default_factory=Counter)
+    curve: list = field(default_factory=list)  # (perf_counter time, change of the best cost)
+    rewrites: list = field(default_factory=list)  # one entry per region that changed
+
+
+def search_region(
+    g: Graph,
+    rules: list[Rule],
+    cost: CostModel,
+    alpha: float,
+    budget: int,
+    deadline: float,
+    stats: SearchStats,
+    patience: int = 64,
+) -> tuple[Graph, float, tuple[str, ...]]:
+    """Best-first search on one graph; returns (best graph, its cost, rules applied). Stops after
+    ``budget`` expansions, at ``deadline``, or after ``patience`` expansions without a better
+    graph (the queue then holds only graphs of equal cost going round in circles), or when the
+    queue is empty; ``stats.stopped`` counts which."""
+    start_cost = cost.cost(g)
+    best, best_cost, best_path = g, start_cost, ()
+    max_ops = 2 * runtime_ops(g)
+    seen = {g.structural_hash()}
+    queue = [(start_cost, 0, g, ())]
+    tie = 1
+    expanded = last_better = 0
+    stop = "queue empty"
+    while queue:
+        if expanded >= budget:
+            stop = "budget"
+            break
+        if expanded - last_better >= patience:
+            stop = "patience"
+            break
+        if time.perf_counter() > deadline:
+            stats.regions_cut_short += 1
+            stop = "deadline"
+            break
+        c, _, cur, path = heapq.heappop(queue)
+        expanded += 1
+        by_op = match.index_by_op(cur)
+        for rule in rules:
+            if any(op not in by_op for op in rule.root_ops):
+                continue
+            for site in match.find_matches(cur, rule, by_op):
+                new = match.apply(cur, site)
+                if new is None or runtime_ops(new) > max_ops:
+                    continue
+                h = new.structural_hash()
+                if h in seen:
+                    continue
+                seen.add(h)
+                stats.candidates += 1
+                new_cost = cost.cost(new)
+                new_path = path + (rule.name,)
+                if new_cost < best_cost:
+                    stats.curve.append((time.perf_counter(), new_cost - best_cost))
+                    best, best_cost, best_path = new, new_cost, new_path
+                    last_better = expanded
+                if new_cost < alpha * best_cost:
+                    heapq.heappush(queue, (new_cost, tie, new, new_path))
+                    tie += 1
+    stats.expanded += expanded
+    stats.stopped[stop] += 1
+    return best, best_cost, best_path
+
+
+def _transplant(best: Graph, sub: Graph, leaves: list[int]) -> Graph:
+    """``best`` (found for a region shaped like ``sub``) reading ``sub``'s leaves instead."""
+    new = best.copy()
+    for nid in leaves:
+        if nid in new.nodes:
+            new.nodes[nid] = sub.nodes[nid]
+    new._derived = {}
+    return new
+
+
+def runtime_ops(g: Graph) -> int:
+    """Ops left after weight folding (what "twice the ops" is measured in)."""
+    return sum(1 for nid in set(g.nodes) - weight_only(g) if g.nodes[nid].op not in LEAVES)
+
+
+def regions(g: Graph, size: int, offset: int = 0) -> list[list[int]]:
+    """Known-op node ids split into regions of at most ``size`` ops, consecutive in topological
+    order. Regions end at narrow points where a single activation crosses (between layers),
+    so that repeated layers give identically shaped regions; a stretch with no such point is
+    cut every ``size`` ops. With ``offset``, the first region holds about ``offset`` ops, so a
+    second pass sees across the first pass's boundaries."""
+    ids = [nid for nid in g.topo_order() if g.nodes[nid].op not in LEAVES and g.nodes[nid].op != "opaque"]
+    segments = [seg[i : i + size] for seg in _segments(g, ids) for i in range(0, len(seg), size)]
+    out: list[list[int]] = []
+    current: list[int] = []
+    limit = offset or size
+    for seg in segments:
+        if current and len(current) + len(seg) > limit:
+            out.append(current)
+            current, limit = [], size
+        current = current + seg
+    if current:
+        out.append(current)
+    return out
+
+
+def _segments(g: Graph, ids: list[int]) -> list[list[int]]:
+    """``ids`` cut after every position where exactly one non-constant value is live."""
+    position = {nid: k for k, nid in enumerate(ids)}
+    folded = weight_only(g)
+    last_use: dict[Ref, int] = {}
+    for nid in ids:
+        for ref in g.nodes[nid].inputs:
+            if ref[0] in position and ref[0] not in folded:
+                last_use[ref] = max(last_use.get(ref, -1), position[nid])
+    end = len(ids)
+    for ref in g.outputs:
+        if ref[0] in position:
+            last_use[ref] = end
+    for nid, n in g.nodes.items():  # values read by opaque nodes stay live to the end
+        if n.op == "opaque":
+            for ref in n.inputs:
+                if ref[0] in position:
+                    last_use[ref] = end
+    opened = [0] * (end + 1)
+    for ref, last in last_use.items():
+        opened[position[ref[0]]] += 1
+        opened[last] -= 1
+    segments, current, live = [], [], 0
+    for k, nid in enumerate(ids):
+        live += opened[k]
+        current.append(nid)
+        if live == 1:
+            segments.append(current)
+            current = []
+    if current:
+        segments.append(current)
+    return segments
+
+
+def extract(g: Graph, ids: list[int]) -> tuple[Graph, dict[int, Ref], list[Ref]]:
+    """The subgraph of ``ids`` (in topological order) with leaves for what it reads; also the outer ref of each leaf
+    and the outer refs its outputs stand for."""
+    members = set(ids)
+    sub = Graph()
+    local: dict[Ref, Ref] = {}
+    leaf_of: dict[int, Ref] = {}
+    for nid in ids:
+        node = g.nodes[nid]
+        inputs = []
+        for ref in node.inputs:
+            if ref[0] not in members and ref not in local:
+                outer = g.nodes[ref[0]]
+                if outer.op == "const":
+                    lid = sub.add_leaf("const", outer.types[0], outer.payload, key=ref)
+                else:
+                    lid = sub.add_leaf("input", g.type_of(ref), None, key=ref)
+                local[ref] = (lid, 0)
+                leaf_of[lid] = ref
+            inputs.append(local[ref])
+        new = sub.add(node.op, inputs, node.attr, origin=node.payload)
+        for i in range(len(node.types)):
+            local[(nid, i)] = (new, i)
+        local[(nid, -1)] = (new, -1)
+    users = g.users()
+    outs: list[Ref] = []
+    wanted = set(g.outputs)
+    for nid in ids:
+        for u in users[nid]:
+            if u not in members:
+                outs.extend(r for r in g.nodes[u].inputs if r[0] == nid)
+        outs.extend(r for r in wanted if r[0] == nid)
+    outs = list(dict.fromkeys(outs))
+    sub.outputs = [local[r] for r in outs]
+    return sub, leaf_of, outs
+
+
+def splice(g: Graph, sub: Graph, leaf_of: dict[int, Ref], outs: list[Ref]) -> Graph:
+    """``g`` with the region whose outputs are ``outs`` replaced by ``sub``."""
+    new = g.copy()
+    outer: dict[Ref, Ref] = {}
+    for nid in sub.topo_order():
+        node = sub.nodes[nid]
+        if node.op in LEAVES and nid in leaf_of:
+            outer[(nid, 0)] = leaf_of[nid]
+            continue
+        if node.op == "const":
+            cid = new.add_leaf("const", node.types[0], node.payload, key=("spliced", new._next))
+            outer[(nid, 0)] = (cid, 0)
+            continue
+        nn = new.add(node.op, [outer[r] for r in node.inputs], node.attr, origin=node.payload)
+        for i in range(len(node.types)):
+            outer[(nid, i)] = (nn, i)
+        outer[(nid, -1)] = (nn, -1)
+    mapping = {o: outer[s] for o, s in zip(outs, sub.outputs) if o != outer[s]}
+    new.replace_uses(mapping)
+    new.prune()
+    return new
+
+
+def search(
+    g: Graph,
+    rules: list[Rule],
+    cost: CostModel,
+    alpha: float = 1.05,
+    budget: int = 200,
+    time_limit: float = 60.0,
+    region_size: int = 32,
+    stats: SearchStats | None = None,
+    progress=None,
+    patience: int = 64,
+) -> Graph:
+    """Optimize ``g`` region by region; see the module docstring. A region shaped like one
+    already searched (a repeated layer: same ops, attributes and types, other weights) reuses
+    that search's result instead of searching again."""
+    stats = stats if stats is not None else SearchStats()
+    solved: dict[str, tuple[Graph, float, tuple[str, ...], list[int]]] = {}
+    deadline = time.perf_counter() + time_limit
+    current = cost.cost(g)
+    for offset in (0, region_size // 2):
+        windows = regions(g, region_size, offset)
+        if offset and len(windows) < 2:
+            break
+        for k, ids in enumerate(windows):
+            now = time.perf_counter()
+            if now > deadline:
+                stats.regions_cut_short += len(windows) - k
+                stats.stopped["deadline (not searched)"] += len(windows) - k
+                break
+            passes_left = 1 if offset else 2
+            region_deadline = now + (deadline - now) / (len(windows) - k) / passes_left
+            live = [nid for nid in ids if nid in g.nodes]
+            if not live:
+                continue
+            sub, leaf_of, outs = extract(g, live)
+            stats.regions += 1
+            start_cost = cost.cost(sub)
+            key = sub.shape_hash()
+            leaves = sorted(nid for nid, n in sub.nodes.items() if n.op in LEAVES)
+            if key in solved and solved[key][3] == leaves:
+                best, best_cost, path = _transplant(solved[key][0], sub, leaves), solved[key][1], solved[key][2]
+                stats.reused += 1
+                stats.stopped["reused an identical region"] += 1
+                stats.curve.append((time.perf_counter(), best_cost - start_cost))
+            else:
+                best, best_cost, path = search_region(
+                    sub, rules, cost, alpha, budget, region_deadline, stats, patience
+                )
+                solved[key] = (best, best_cost, path, leaves)
+            if path:
+                stats.rewrites.append(
+                    {
+                        "region": stats.regions,
+                        "rules": list(path),
+                        "cost_before": start_cost,
+                        "cost_after": best_cost,
+                        "before": sub.describe(),
+                        "after": best.describe(),
+                    }
+                )
+                g = splice(g, best, leaf_of, outs)
+                # weights the rewrite combined become constants now, so later regions see
+                # them as weights (free, foldable) rather than as runtime inputs
+                stats.folded += fold_constants(g)
+                stats.applied.update(path)
+                new_cost = cost.cost(g)
+                # the region's own gain is on the curve already; add what fusion across its
+                # boundary changed, so the curve ends at the graph's cost
+                stats.curve.append((time.perf_counter(), (new_cost - current) - (best_cost - start_cost)))
+                current = new_cost
+            if progress is not None:
+                progress()
+    return g

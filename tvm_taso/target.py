@@ -1,0 +1,112 @@
+"""Targets: the one place that parses, canonicalises and classifies TVM targets and finds the
+device of this machine that runs code built for one.
+
+A target reaches tvm-taso as a name (``"llvm"``, ``"cuda"``), a tag (``"nvidia/nvidia-h100"``),
+a JSON string or dict (``{"kind": "llvm", "num-cores": 2}``), a :class:`tvm.target.Target`, or
+``None`` (the enclosing ``with target:``, else this machine's CPU). Keys starting with ``taso:``
+are tvm-taso's own annotations (e.g. the MetaSchedule database a measurement used) and are
+dropped before TVM sees the target.
+"""
+
+from __future__ import annotations
+
+import json
+
+GPU_KINDS = ("cuda", "rocm", "vulkan", "metal", "opencl", "webgpu")
+CPU_KINDS = ("llvm", "c")
+KINDS = CPU_KINDS + GPU_KINDS
+
+
+class TargetError(ValueError):
+    """A target tvm-taso cannot use; the message lists what is accepted."""
+
+
+def _accepted() -> str:
+    return (f"a target kind ({', '.join(KINDS)}), a tag such as 'nvidia/nvidia-h100', "
+            "a JSON object such as '{\"kind\": \"llvm\", \"num-cores\": 2}', or a tvm.target.Target")
+
+
+def parse(target=None):
+    """``target`` as a :class:`tvm.target.Target`; ``None`` is the current target, else ``llvm``.
+
+    Raises :class:`TargetError` (one line, listing what is accepted) for anything TVM does not
+    know or that is not a target at all.
+    """
+    import tvm
+
+    if target is None:
+        return tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
+    if isinstance(target, tvm.target.Target):
+        return target
+    data = target
+    if isinstance(data, str) and data.lstrip().startswith("{"):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            raise TargetError(f"target {target!r} is not valid JSON; expected {_accepted()}") from None
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if not str(k).startswith("taso:")}
+    elif not isinstance(data, str) or not data.strip():
+        raise TargetError(f"target {target!r} is not a target; expected {_accepted()}")
+    try:
+        return tvm.target.Target(data)
+    except Exception:  # noqa: BLE001 - TVM raises several types for unknown kinds and tags
+        raise TargetError(f"unknown target {target!r}; expected {_accepted()}") from None
+
+
+def kind(target=None) -> str:
+    """``"llvm"``, ``"cuda"``, ... of any target form (a canonical string included)."""
+    if isinstance(target, str) and target.lstrip().startswith("{"):
+        try:
+            return str(json.loads(target).get("kind", ""))
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(target, dict) and "kind" in target:
+        return str(target["kind"])
+    return parse(target).kind.name
+
+
+def is_gpu(target=None) -> bool:
+    """Whether ``target`` runs on a GPU."""
+    return kind(target) in GPU_KINDS
+
+
+def num_cores(target=None) -> int:
+    """The target's ``num-cores`` attribute, 0 when it does not say."""
+    return int(parse(target).attrs.get("num-cores", 0) or 0)
+
+
+def canonical(target=None) -> str:
+    """The target as a canonical string: ``tvm.target.Target``'s JSON with sorted keys.
+
+    A string that already is such a JSON object is returned normalized without importing TVM
+    (``taso:`` annotations kept: they tell measurements apart).
+    """
+    if isinstance(target, str) and target.lstrip().startswith("{"):
+        try:
+            return json.dumps(json.loads(target), sort_keys=True, separators=(",", ":"))
+        except ValueError:
+            pass
+    text = str(parse(target))
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text
+
+
+def device(target=None):
+    """The device of this machine that runs code built for ``target``, or None."""
+    import tvm
+
+    name = kind(target)
+    dev = tvm.cpu(0) if name in CPU_KINDS else tvm.device(name, 0)
+    try:
+        return dev if dev.exist else None
+    except Exception:  # noqa: BLE001 - no driver for the kind at all
+        return None
+
+
+def device_type(target=None) -> str:
+    """The device type an RPC session opens for ``target`` (``"cpu"`` for CPU kinds)."""
+    name = kind(target)
+    return "cpu" if name in CPU_KINDS else name
