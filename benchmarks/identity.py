@@ -22,6 +22,7 @@ import tvm_ffi
 
 import tvm_taso
 from tvm_taso import examples
+from tvm_taso.io.onnx_import import import_relax
 
 from .models import MODELS, build
 
@@ -31,7 +32,7 @@ TARGETS = ("cuda", "llvm")
 
 def _modules():
     for name in MODELS:
-        yield name, lambda name=name: tvm_taso.load_onnx(build(name, quick=True))
+        yield name, lambda name=name: import_relax(build(name, quick=True))
     for name, make in examples.EXAMPLES.items():
         yield f"example:{name}", make
 

@@ -35,7 +35,7 @@ from tvm_taso import target as targets
 from tvm_taso.cost.database import MeasurementDB
 from tvm_taso.cost.measure import measure_kernel
 from tvm_taso.cost.training import model_kernels, search_kernels, train
-from tvm_taso.io.onnx_import import load_onnx
+from tvm_taso.io.onnx_import import import_relax
 
 from . import models
 
@@ -46,7 +46,7 @@ BUILDERS = {"resnet50": "resnet50", "bert": "bert-base"}
 
 
 def collect(model: str, quick: bool, target) -> tuple[list, int]:
-    mod = load_onnx(models.build(BUILDERS[model], quick, **CONFIGS[model]))
+    mod = import_relax(models.build(BUILDERS[model], quick, **CONFIGS[model]))
     own = model_kernels(mod)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

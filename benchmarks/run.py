@@ -5,10 +5,12 @@
 
 For every model of :mod:`benchmarks.models`, in one run:
 
-1. build the ONNX model (``onnx.checker`` full check) and import it (``tvm_taso.load_onnx``);
+1. build the ONNX model (``onnx.checker`` full check) and import it through TVM (``tvm_taso.io.onnx_import.import_relax``);
 2. search (``tvm_taso.optimize`` for the target, with the chosen cost model, guarded by an
    end-to-end timing unless ``--no-guard``): search seconds, rules applied, estimated cost;
-3. compile the original and the optimized module with the same Relax pipeline (the target's
+   and the kernels TVM launches before and after; then TVM's own TASO-like passes in place of
+   the search (:mod:`benchmarks.peer`), priced by the same cost model;
+3. compile the original, the optimized and the peer module with the same Relax pipeline (the target's
    default one; with ``--tune-trials N`` each module first gets N MetaSchedule trials and its
    tuned schedules) and time them alternating on the device, ``--repeats`` rounds;
 4. export the optimized module (``tvm_taso.export_onnx``) and time the original and the
@@ -43,19 +45,24 @@ import onnx
 import tvm_taso
 from tvm_taso.cli import checking
 from tvm_taso import target as targets
+from tvm_taso.cost.factory import make_cost_model
+from tvm_taso.cost.fusion import launched_kernels
 from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
 from tvm_taso.guard import verdict
 from tvm_taso.io.onnx_export import export_onnx
+from tvm_taso.io.onnx_import import import_relax
 from tvm_taso.numerics import TOLERANCE, relative_error
 from tvm_taso.runtime import inputs_for
 
 from . import models
+from .peer import apply_peer_passes, price
 
 log = logging.getLogger("benchmarks.run")
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"llvm": {"kind": "llvm", "num-cores": os.cpu_count() or 1}, "cuda": "cuda"}
-# Search seconds published by TASO (SOSP'19) and TENSAT (MLSys'21), TASO vs TENSAT
+# Search seconds published by TASO (SOSP'19) and TENSAT (MLSys'21), TASO vs TENSAT: measured by
+# their authors on their own machines with their own budgets, not rerun here
 PUBLISHED_SEARCH_SECONDS = {
     "bert-base": (13.6, 1.4),
     "resnext50": (25.3, 0.7),
@@ -148,6 +155,35 @@ class OrtModel:
                 return elapsed * 1e3 / n
 
 
+def tvm_peer(mod, target, cost_name: str) -> tuple[object, dict]:
+    """TVM's own TASO-like passes on ``mod`` (:mod:`benchmarks.peer`), priced by the search's
+    cost model and counted in kernels: the module to time and the row's ``peer`` entry."""
+    peer_mod, priced_mod, info = apply_peer_passes(mod)
+    cost = make_cost_model(cost_name, target)
+    info.update(cost_before_us=price(mod, cost), cost_after_us=price(priced_mod, cost),
+                kernels_after=launched_kernels(peer_mod, target))
+    return peer_mod, info
+
+
+def build_peer(peer_mod, target, inputs, tuned, built, reference, info):
+    """The peer module built as the others are (tuned when they are; the original's build when
+    the passes changed nothing), with its output error in ``info``; None, with the error in
+    ``info``, when it does not build or run."""
+    try:
+        if not info["changed"]:
+            peer = built["without"]
+        elif tuned is not None:
+            peer = tuned.build(peer_mod, "peer")
+        else:
+            peer = CompiledModule(peer_mod, target, inputs)
+        info["max_relative_error"] = relative_error(reference, peer.run())
+        return peer
+    except Exception as err:  # noqa: BLE001 - the peer failing is a result, not a crash
+        info["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"[:200]
+        log.warning("TVM passes: %s", info["error"])
+        return None
+
+
 def bench_model(name: str, args) -> dict:
     target_spec = TARGETS.get(args.target, args.target)
     import tvm
@@ -162,7 +198,7 @@ def bench_model(name: str, args) -> dict:
     row["params"] = int(sum(np.prod(t.dims, dtype=np.int64) for t in proto.graph.initializer))
 
     t0 = time.perf_counter()
-    mod = tvm_taso.load_onnx(proto)
+    mod = import_relax(proto)
     row["import_seconds"] = time.perf_counter() - t0
     inputs = inputs_for(mod, seed=0)
 
@@ -188,6 +224,9 @@ def bench_model(name: str, args) -> dict:
         rules_applied=sum(report["applied"].values()),
         cost_before_us=report["cost_before"],
         cost_after_us=report["cost_after"],
+        search_cost_after_us=report["search_cost_after"],
+        kernels_before=report["kernels_before"],
+        kernels_after=report["kernels_after"],
         guard={k: v for k, v in report.get("guard", {}).items() if k != "reverted"}
         | {"reverted_rules": sum(report.get("guard", {}).get("reverted", {}).values())},
         skipped=report["skipped"],
@@ -201,6 +240,7 @@ def bench_model(name: str, args) -> dict:
              row["import_seconds"], row["search_seconds"], row["rules_applied"],
              row["cost_before_us"] / row["cost_after_us"] if row["cost_after_us"] else 1.0)
 
+    peer_mod, row["peer"] = tvm_peer(mod, target, args.cost)
     reference = OrtModel(proto, inputs, optimized=False).run()
     errors = {}
     if has_device:
@@ -211,16 +251,21 @@ def bench_model(name: str, args) -> dict:
                 tuned.build(mod, "without")
             if "with" not in tuned.built:
                 tuned.built["with"] = tuned.built["without"] if new is mod else tuned.build(new, "with")
-            built = tuned.built
+            built = dict(tuned.built)
             row["tune_seconds"] = tuned.tune_seconds
         for k, m in built.items():
             errors[f"tvm_{k}"] = relative_error(reference, m.run())
-        samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in built.items()},
-                               args.repeats, args.timing_limit)
+        peer_build = build_peer(peer_mod, target, inputs, tuned, built, reference, row["peer"])
+        samplers = {k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in built.items()}
+        if peer_build is not None:
+            samplers["peer"] = lambda: peer_build.time_ms(args.min_repeat_ms)
+        samples = side_by_side(samplers, args.repeats, args.timing_limit)
         row["tvm"] = speedup(samples["without"], samples["with"])
         row["tvm"]["compile_seconds"] = {k: m.compile_seconds for k, m in built.items()}
         row["tvm"]["samples_ms"] = samples
-        del built
+        if peer_build is not None:
+            row["peer"]["tvm"] = speedup(samples["without"], samples["peer"])
+        del built, peer_build
         log.info("%s: TVM %.2f -> %.2f ms, %.3fx (quartiles %.3f-%.3f)", name, row["tvm"]["before_ms"],
                  row["tvm"]["after_ms"], row["tvm"]["ratio"], row["tvm"]["ratio_low"], row["tvm"]["ratio_high"])
     else:
@@ -259,25 +304,44 @@ def _ms(r: dict | None) -> str:
     return f"{r['before_ms']:.4g} → {r['after_ms']:.4g}" if r else "—"
 
 
+def _peer(r: dict) -> str:
+    """TVM's own passes: estimated speedup, kernels, measured speedup, and what failed."""
+    peer = r.get("peer")
+    if not peer:
+        return "—"
+    est = peer["cost_before_us"] / peer["cost_after_us"] if peer.get("cost_after_us") else 1.0
+    cell = f"est. {est:.3f}, {peer.get('kernels_after', '?')} kernels, {_ratio(peer.get('tvm'))}"
+    problems = [f"{name} failed ({err})" for name, err in peer.get("failed", {}).items()]
+    if peer.get("error"):
+        problems.append(f"build failed ({peer['error']})")
+    return cell + ("; " + "; ".join(problems) if problems else "")
+
+
 def markdown(result: dict) -> str:
-    cols = ["model", "params", "import s", "search s", "vs TASO", "vs TENSAT", "guard s", "rewrites kept",
-            "est. cost ratio", "TVM ms without → with", "TVM speedup", "ORT ms original → exported",
-            "ORT speedup", "ORT, rewrites only", "max rel. err", "ok"]  # fmt: skip
+    cols = ["model", "params", "import s", "search s (this run)", "TASO / TENSAT search s (published)", "guard s",
+            "rewrites kept", "est. speedup (search)", "kernels before → after", "TVM ms without → with",
+            "TVM speedup", "TVM's own passes instead", "ORT ms original → exported", "ORT speedup",
+            "ORT, rewrites only", "max rel. err", "ok"]  # fmt: skip
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in result["rows"]:
         if "error" in r:
             lines.append(f"| {r['model']} | failed: {r['error']} |" + " |" * (len(cols) - 2))
             continue
-        est = r["cost_after_us"] / r["cost_before_us"] if r["cost_before_us"] else 1.0
-        vs = [f"{r['search_vs_taso']:.4f}×" if "search_vs_taso" in r else "—",
-              f"{r['search_vs_tensat']:.2f}×" if "search_vs_tensat" in r else "—"]
+        search_after = r.get("search_cost_after_us", r["cost_after_us"])
+        est = f"{r['cost_before_us'] / search_after:.3f}" if search_after else "—"
+        published = (f"{r['taso_search_seconds']:g} / {r['tensat_search_seconds']:g}"
+                     if "taso_search_seconds" in r else "—")
         guard = r.get("guard") or {}
         kept = str(r["rules_applied"]) + (f" ({guard['reverted_rules']} reverted)" if guard.get("reverted_rules") else "")
         if r.get("unchanged"):
             kept += ", model unchanged"
+            if guard.get("reverted_rules"):
+                est += " (reverted by the guard)"
+        kernels = f"{r['kernels_before']} → {r['kernels_after']}" if r.get("kernels_before") is not None else "—"
         cells = [
             r["model"], f"{r['params'] / 1e6:.1f} M", f"{r['import_seconds']:.1f}", f"{r['search_seconds']:.2f}",
-            *vs, f"{guard['seconds']:.0f}" if "seconds" in guard else "—", kept, f"{est:.3f}", _ms(r["tvm"]), _ratio(r["tvm"]), _ms(r["ort"]), _ratio(r["ort"]), _ratio(r["ort"].get("rewrites_only")),
+            published, f"{guard['seconds']:.0f}" if "seconds" in guard else "—", kept, est, kernels, _ms(r["tvm"]),
+            _ratio(r["tvm"]), _peer(r), _ms(r["ort"]), _ratio(r["ort"]), _ratio(r["ort"].get("rewrites_only")),
             f"{max(r['check']['max_relative_error'].values()):.1e}", "yes" if r["check"]["ok"] else "**NO**",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
@@ -291,11 +355,19 @@ def describe_run(result: dict) -> str:
         f"{result['date']}, {result['machine']}; target {s['target']}, cost model `{s['cost']}`, {tuning}, "
         f"guard {'on' if s['guard'] else 'off'}, {s['repeats']} rounds; `{result['command']}`. Speedups are "
         "medians of per-round ratios (without / with), quartiles in brackets; an unchanged model is "
-        "compiled twice and timed against itself, so its ratio shows the noise. ORT: the original "
-        "ONNX against the exported optimized one; *rewrites only*: the exported unoptimized import "
-        "against the exported optimized one. Search times are ratios to TASO's and TENSAT's "
-        "published ones (smaller is faster); guard s: the end-to-end timing that decides whether "
-        "the rewrites are kept."
+        "compiled twice and timed against itself, so its ratio shows the noise. *est. speedup (search)*: "
+        "the cost model's estimate for what the search chose, shown even when the guard then reverted it. "
+        "*kernels*: the kernels TVM launches (call_tir after fusion, opaque ones included). *TVM's own "
+        "passes instead*: the Relax passes of TVM 0.27 that make TASO-style rewrites (batch norm into "
+        "conv, parallel matmul merge, matmul expansion and reordering, permute/take reordering, "
+        "transpose-matmul fusion; `benchmarks/peer.py`) applied in place of TasoOptimize, priced by "
+        "the same cost model (before the transpose-matmul fusion, whose kernels it cannot see) and "
+        "timed in the same rounds; a pass that failed is named. ORT: the original ONNX against the exported optimized one; *rewrites only*: "
+        "the exported unoptimized import against the exported optimized one. Search seconds: this "
+        "run's search, bounded by its time limit and budget on this machine, beside the seconds TASO "
+        "(SOSP'19) and TENSAT (MLSys'21) published for their own searches on their own hardware "
+        "(not rerun here; not a like-for-like comparison). guard s: the end-to-end timing that "
+        "decides whether the rewrites are kept."
     )
 
 

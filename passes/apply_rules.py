@@ -10,12 +10,10 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_taso.ir.ops import OpError
+from tvm_taso.ir.relax_bridge import foreign_function
+from tvm_taso.verify.admit import admit
 from tvm_taso.rewrite import dpl
 from tvm_taso.rewrite.rule import Rule, default_rules
-
-# Functions that are already lowered or handed to an external codegen: not ours to rewrite.
-_SKIPPED_ATTRS = ("Primitive", "Composite", "Codegen")
-
 
 @tvm.transform.module_pass(opt_level=0, name="ApplyRules")
 class ApplyRules:
@@ -45,6 +43,8 @@ class ApplyRules:
     """
 
     def __init__(self, rules, max_rewrites: int = 1000):
+        if isinstance(max_rewrites, bool) or not isinstance(max_rewrites, int) or max_rewrites < 1:
+            raise ValueError(f"max_rewrites must be an integer >= 1, got {max_rewrites!r}")
         self.patterns = [dpl.RulePatterns(rule) for rule in _resolve(rules)]
         self.max_rewrites = max_rewrites
         self.last_applied: Counter = Counter()
@@ -53,7 +53,7 @@ class ApplyRules:
         self.last_applied = Counter()
         updates = {}
         for gv, func in mod.functions.items():
-            if not isinstance(func, relax.Function) or _skipped(func):
+            if not isinstance(func, relax.Function) or foreign_function(func):
                 continue
             new = self._rewrite(func, gv.name_hint)
             if new is not func:
@@ -92,12 +92,14 @@ class ApplyRules:
 
 
 def _resolve(rules) -> list[Rule]:
-    """Rules from names of the shipped library or Rule objects."""
+    """Rules from names of the shipped library or Rule objects; Rule objects from outside the
+    library are proved or checked first, and refused with a warning when they fail
+    (:func:`tvm_taso.verify.admit.admit`)."""
     library = None
     resolved = []
     for rule in rules:
         if isinstance(rule, Rule):
-            resolved.append(rule)
+            resolved.extend(admit([rule]))
             continue
         if library is None:
             library = {r.name: r for r in default_rules()}
@@ -105,7 +107,3 @@ def _resolve(rules) -> list[Rule]:
             raise ValueError(f"no rule named {rule!r} in the shipped library (rules/*.rules)")
         resolved.append(library[rule])
     return resolved
-
-
-def _skipped(func: relax.Function) -> bool:
-    return func.attrs is not None and any(key in func.attrs for key in _SKIPPED_ATTRS)

@@ -27,12 +27,32 @@ class TasoOptimize:
     time_limit : seconds for the whole search.
     guard : time the rewritten module against the original on this machine's device and keep
         it only when measured faster (two extra builds; see :func:`tvm_taso.optimize`).
+    region_size : ops per search region.
+    min_gain : least relative gain a rewrite must bring (default 1e-6).
+    search : ``"backtrack"`` (default), ``"eqsat"`` (equality saturation with egglog) or
+        ``"auto"``; see :func:`tvm_taso.optimize`.
+
+    Options out of range and unknown targets raise ValueError (one line) here, at
+    construction; what happens inside a pipeline never fails it.
 
     The report of the last run is kept in ``last_report`` (JSON-serializable dict).
     """
 
-    def __init__(self, target=None, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0, guard=False):
+    def __init__(self, target=None, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0, guard=False,
+                 region_size=32, min_gain=1e-6, search="backtrack"):
+        from tvm_taso import target as targets
+        from tvm_taso.search.options import validate
+
+        from tvm_taso.search.eqsat import check_search
+
+        validate(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size, min_gain=min_gain)
+        check_search(search)
+        self.search = search
+        if target is not None:
+            targets.parse(target)
         self.target = target
+        self.region_size = region_size
+        self.min_gain = min_gain
         self.rules = rules
         self.cost_model = cost_model
         self.alpha = alpha
@@ -53,5 +73,8 @@ class TasoOptimize:
             budget=self.budget,
             time_limit=self.time_limit,
             guard=self.guard,
+            region_size=self.region_size,
+            min_gain=self.min_gain,
+            search=self.search,
         )
         return new_mod

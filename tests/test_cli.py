@@ -92,8 +92,6 @@ def test_optimized_onnx_matches_original_in_onnxruntime(model_file, tmp_path):
         ("none", [], "no such file"),
         ("corrupt", [], "not a readable ONNX model"),
         ("truncated", [], "not a readable ONNX model"),
-        ("unknown-op", [], "ONNX op FancyOp (domain com.example) at node 'weird' cannot be imported"),
-        ("dynamic", [], "has dynamic dimensions (Nx8x8x8); give a static shape, e.g. --shape x=1x8x8x8"),
         ("good", ["--shape", "x=2x8x8x8"], "input 'x' has shape 1x8x8x8; --shape gave 2x8x8x8"),
         ("good", ["--shape", "y=1x8x8x8"], "no input named y"),
         ("good", ["--shape", "x=oops"], "expected NAME=D1xD2x"),
@@ -109,14 +107,6 @@ def test_optimize_bad_input(tmp_path, setup, args, message):
         path.write_bytes(b"this is not a protobuf at all \x00\xff" * 10)
     elif setup == "truncated":
         path.write_bytes(good[: len(good) // 2])
-    elif setup == "unknown-op":
-        m = inception_onnx()
-        m.graph.node.append(helper.make_node("FancyOp", ["y"], ["z"], name="weird", domain="com.example"))
-        m.graph.output[0].name = "z"
-        m.opset_import.append(helper.make_opsetid("com.example", 1))
-        path.write_bytes(m.SerializeToString())
-    elif setup == "dynamic":
-        path.write_bytes(inception_onnx(dynamic=True).SerializeToString())
     elif setup == "good":
         path.write_bytes(good)
     out = tmp_path / "out.onnx"
@@ -126,6 +116,58 @@ def test_optimize_bad_input(tmp_path, setup, args, message):
     errors = [line for line in stderr.splitlines() if line.startswith("tvm-taso: error:")]
     assert "Traceback" not in stderr and len(errors) == 1
     assert not out.exists()
+
+
+def _bad_model(path, setup):
+    if setup == "unknown-op":
+        m = inception_onnx()
+        m.graph.node.append(helper.make_node("FancyOp", ["y"], ["z"], name="weird", domain="com.example"))
+        m.graph.output[0].name = "z"
+        m.opset_import.append(helper.make_opsetid("com.example", 1))
+    else:
+        m = inception_onnx(dynamic=True)
+    path.write_bytes(m.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        ("unknown-op", "ONNX op FancyOp (domain com.example) at node 'weird' cannot be imported"),
+        ("dynamic", "has dynamic dimensions (Nx8x8x8); give a static shape, e.g. --shape x=1x8x8x8"),
+    ],
+)
+def test_compile_input_tvm_cannot_import(tmp_path, setup, message):
+    """``compile`` imports with TVM: what its importer cannot take is one line, with what to do."""
+    path, out = tmp_path / "in.onnx", tmp_path / "out.so"
+    _bad_model(path, setup)
+    status, _, stderr = run_cli("compile", path, "-o", out)
+    assert status == 2 and message in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("tvm-taso: error:")]
+    assert "Traceback" not in stderr and len(errors) == 1
+    assert not out.exists()
+    if setup == "unknown-op":
+        assert "`tvm-taso optimize` still optimizes the model as ONNX" in stderr
+
+
+@pytest.mark.parametrize("setup", ["unknown-op", "dynamic"])
+def test_optimize_keeps_what_tvm_cannot_import(tmp_path, setup):
+    """``optimize`` works on the ONNX graph: an unknown op stays as it is (named once in the
+    report), dynamic dimensions are priced at a stated default and stay dynamic."""
+    path, out, rep = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    _bad_model(path, setup)
+    status, stdout, stderr = run_cli("optimize", path, "-o", out, "--target", "cuda", "--report", rep)
+    assert status == 0, stderr
+    original, optimized = onnx.load(path), onnx.load(out)
+    assert [v.SerializeToString() for v in list(optimized.graph.input) + list(optimized.graph.output)] == \
+        [v.SerializeToString() for v in list(original.graph.input) + list(original.graph.output)]
+    report = json.loads(rep.read_text())
+    if setup == "unknown-op":
+        assert {"what": "ONNX op com.example.FancyOp", "count": 1} in report["skipped"]
+        fancy = [n for n in optimized.graph.node if n.op_type == "FancyOp"]
+        assert [n.SerializeToString() for n in fancy] == [original.graph.node[-1].SerializeToString()]
+    else:
+        assert "symbolic dimensions priced at N=1" in stderr
+        assert sum(n.op_type == "Conv" for n in optimized.graph.node) == 1
 
 
 def test_dynamic_input_with_shape_works(tmp_path):

@@ -6,7 +6,7 @@ All 200 are compared through the numpy reference semantics (the dataflow block r
 :class:`~tvm_taso.ir.relax_bridge.BlockGraph` and run with ``Graph.evaluate``); every 10th seed
 is also compiled and run with TVM (llvm), both before and after, and checked against the numpy
 reference of the original. The generator is built from motifs that give the rules something
-to do (parallel matmuls and convs sharing an input, conv + batch_norm, concats of relus,
+to do (parallel matmuls and convs sharing an input, grouped convs, conv + batch_norm, concats of relus,
 splits followed by elementwise ops, transposes of transposes, ...), and the test asserts that
 rewrites did happen, with many distinct rules.
 """
@@ -401,6 +401,29 @@ def m_softmax(p: Plan) -> bool:
     return True
 
 
+def m_grouped_convs(p: Plan) -> bool:
+    """Grouped convs (2 groups, or depthwise): one (with bias, relu) that merge_groups can widen,
+    or two of one shape on two inputs that become one conv with twice the groups."""
+    xs = p.values(rank=4, pred=lambda s: min(s[2:]) >= 3 and s[1] % 2 == 0)
+    if not xs:
+        return False
+    x = p.pick(xs)
+    c = p.shapes[x][1]
+    g = p.pick([2, c])
+    ks = p.pick([1, 3])
+    attrs = dict(padding=(ks // 2,) * 4, groups=g, strides=(2, 2) if p.chance(0.2) else (1, 1))
+    o = g * p.pick([1, 2])
+    inputs = [x] if p.chance(0.5) else [x, p.op("relu", x) if p.chance(0.5) else p.op("add", x, x)]
+    bias, act = p.chance(0.4), p.chance(0.4)
+    for v in inputs:
+        y = p.op("conv2d", v, p.const(o, c // g, ks, ks), **attrs)
+        if bias:
+            y = p.op("add", y, _fresh_bias(p, y))
+        if act:
+            y = p.op("relu", y)
+    return True
+
+
 MAT_MOTIFS = [
     (m_parallel_matmuls, 4),
     (m_matmul_chain, 2),
@@ -415,6 +438,7 @@ CONV_MOTIFS = [
     (m_conv_scale, 1),
     (m_conv_sum, 1),
     (m_pool, 1),
+    (m_grouped_convs, 2),
 ]
 ANY_MOTIFS = [
     (m_unary, 1),
@@ -488,7 +512,8 @@ def _relax_call(name, args, attrs):
     if name == "reshape":
         return o.reshape(args[0], attrs["shape"])
     if name == "conv2d":
-        return o.nn.conv2d(args[0], args[1], strides=attrs.get("strides", 1), padding=attrs.get("padding", 0))
+        return o.nn.conv2d(args[0], args[1], strides=attrs.get("strides", 1), padding=attrs.get("padding", 0),
+                           groups=attrs.get("groups", 1))
     if name == "batch_norm":
         return o.nn.batch_norm(*args, **attrs)
     if name in ("avg_pool2d", "max_pool2d"):
@@ -654,6 +679,8 @@ def test_rewrites_actually_happen(fuzz_results):
     assert sum(total.values()) >= MIN_APPLIED, total
     assert len(total) >= MIN_DISTINCT_RULES, total
     assert changed >= N_SEEDS // 2, changed
+    # grouped convs are rewritten too: widened to fewer groups, or parallel ones merged
+    assert total["merge-conv-groups"] + sum(n for r, n in total.items() if "parallel-convs" in r) > 0, total
 
 
 def test_outputs_that_reduce_to_parameters():

@@ -207,7 +207,10 @@ def _rule_instance(rule, seed: int = 0, tries: int = 60):
         elif p.op == "conv2d":
             x, w = a
             pt, pl, pb, pr = at.get("padding", (0, 0, 0, 0))
-            eqs.append(x[1] - w[1])
+            per_group = w[1]
+            for _ in range(at.get("groups", 1) - 1):  # input channels: groups x the kernel's
+                per_group = per_group + w[1]
+            eqs.append(x[1] - per_group)
             out = [(x[0], w[0], x[2] + (pt + pb + 1) - w[2], x[3] + (pl + pr + 1) - w[3])]
         elif p.op in ("avg_pool2d", "max_pool2d"):
             (x,) = a

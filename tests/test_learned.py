@@ -52,10 +52,15 @@ def _records(kernels, latency, target=LLVM) -> list[Record]:
 
 @pytest.fixture(scope="module")
 def search_set():
-    """Distinct kernels that searches over the built-in examples price."""
+    """Distinct kernels that searches over the built-in examples price, at several sizes (a
+    spread of costs to rank) and bounded by budget, not time (the same set on a busy machine)."""
+    mods = ([examples.parallel_matmuls(seq=s, hidden=2 * s) for s in (4, 16, 48)]
+            + [examples.resnet_bottleneck(size=s, channels=16) for s in (4, 8, 14)]
+            + [examples.inception_block(size=s, channels=8) for s in (4, 10)]
+            + [examples.conv_bn_relu(size=s, channels=c) for s, c in ((4, 8), (16, 16), (12, 32))])
     ks = []
-    for build in examples.EXAMPLES.values():
-        ks += search_kernels(build(), target="llvm", time_limit=5)
+    for mod in mods:
+        ks += search_kernels(mod, target="llvm", budget=10, time_limit=60)
     return list(dict.fromkeys(ks))
 
 

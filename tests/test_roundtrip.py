@@ -51,7 +51,7 @@ def test_builders_are_faithful():
 def test_bert_qkv_merged_in_export():
     """Without the embeddings, the three Q/K/V projections of a layer become one MatMul."""
     model = TINY["bert"]()
-    mod = roundtrip.tvm_taso.load_onnx(model)
+    mod = roundtrip.tvm_taso.io.onnx_import.import_relax(model)
     new, report = roundtrip.tvm_taso.optimize(mod, target="cuda")
     exported = roundtrip.tvm_taso.export_onnx(new)
     before = sum(n.op_type == "MatMul" for n in model.graph.node)

@@ -350,6 +350,65 @@ def identity_transpose(c):
     return [c.op("permute_dims", c.op("sigmoid", c.input(*[c.d() for _ in range(rank)])), axes=tuple(range(rank)))]
 
 
+def merge_matmul_relu_shared_lhs(c):
+    h = c.d(2, 8)
+    x = c.input(*c.batch(), c.d(), h)
+    return [c.op("relu", c.op("matmul", x, c.const(h, c.d()))), c.op("relu", c.op("matmul", x, c.input(h, c.d())))]
+
+
+def merge_matmul_bias_relu_shared_lhs(c):
+    h, n, m = c.d(2, 8), c.d(), c.d()
+    x = c.input(*c.batch(), c.d(), h)
+    return [
+        c.op("relu", c.op("add", c.op("matmul", x, c.const(h, n)), c.const(n))),
+        c.op("relu", c.op("add", c.op("matmul", x, c.const(h, m)), c.const(m))),
+    ]
+
+
+def _group_conv_attrs(c):
+    return dict(strides=(c.d(1, 2), c.d(1, 2)), padding=pad4(c.d(0, 1), c.d(0, 2)), dilation=(c.d(1, 2), 1))
+
+
+def merge_conv_groups(c):
+    g = 2 * c.d(1, 3)  # an even group count
+    i, og, k = c.d(1, 3), c.d(1, 3), c.d(1, 3)
+    x = c.input(c.d(1, 2), g * i, c.d(6, 9), c.d(6, 9))
+    return [c.conv(x, c.const(g * og, i, k, k), groups=g, **_group_conv_attrs(c))]
+
+
+def _parallel_convs(c):
+    """Two convs of one shape (g groups) on two inputs: (x, a, y, b, attrs, g)."""
+    g, i, o, k = c.d(1, 2), c.d(1, 3), c.d(1, 3), c.d(1, 3)
+    shape = (c.d(1, 2), g * i, c.d(6, 9), c.d(6, 9))
+    attrs = dict(_group_conv_attrs(c), groups=g)
+    return c.input(*shape), c.const(g * o, i, k, k), c.input(*shape), c.const(g * o, i, k, k), attrs, g * o
+
+
+def concat_of_convs_to_group_conv(c):
+    x, a, y, b, attrs, _ = _parallel_convs(c)
+    return [c.op("concat", c.conv(x, a, **attrs), c.conv(y, b, **attrs), axis=1)]
+
+
+def group_conv_of_concats(c):
+    x, a, y, b, attrs, _ = _parallel_convs(c)
+    attrs["groups"] *= 2
+    return [c.conv(c.op("concat", x, y, axis=1), c.op("concat", a, b, axis=0), **attrs)]
+
+
+def merge_parallel_convs(c):
+    x, a, y, b, attrs, _ = _parallel_convs(c)
+    return [c.conv(x, a, **attrs), c.conv(y, b, **attrs)]
+
+
+def merge_parallel_convs_bias(c):
+    x, a, y, b, attrs, o = _parallel_convs(c)
+    return [c.op("add", c.conv(x, a, **attrs), c.const(1, o, 1, 1)), c.op("add", c.conv(y, b, **attrs), c.const(1, o, 1, 1))]
+
+
+def merge_parallel_convs_bias_relu(c):
+    return [c.op("relu", out) for out in merge_parallel_convs_bias(c)]
+
+
 CASES = {
     "merge-matmul-shared-lhs": merge_matmul_shared_lhs,
     "merge-matmul-bias-shared-lhs": merge_matmul_bias_shared_lhs,
@@ -359,6 +418,14 @@ CASES = {
     "merge-conv-bias-relu-shared-input": merge_conv_bias_relu_shared_input,
     "merge-conv-bias-enlarge": merge_conv_bias_enlarge,
     "merge-conv-bias-relu-enlarge": merge_conv_bias_relu_enlarge,
+    "merge-matmul-relu-shared-lhs": merge_matmul_relu_shared_lhs,
+    "merge-matmul-bias-relu-shared-lhs": merge_matmul_bias_relu_shared_lhs,
+    "merge-conv-groups": merge_conv_groups,
+    "concat-of-convs-to-group-conv": concat_of_convs_to_group_conv,
+    "group-conv-of-concats": group_conv_of_concats,
+    "merge-parallel-convs": merge_parallel_convs,
+    "merge-parallel-convs-bias": merge_parallel_convs_bias,
+    "merge-parallel-convs-bias-relu": merge_parallel_convs_bias_relu,
     "fold-batch-norm-into-conv": fold_batch_norm_into_conv,
     "fold-channel-mul-into-conv": fold_channel_mul_into_conv,
     "fold-scalar-mul-into-conv": fold_scalar_mul_into_conv,

@@ -1,13 +1,15 @@
 """tvm-taso: TASO's verified graph substitutions and cost-based search, inside Apache TVM.
 
 >>> import tvm_taso
->>> new_mod, report = tvm_taso.optimize(mod, target="cuda")
+>>> new_mod, report = tvm_taso.optimize(mod, target="cuda")      # a Relax IRModule
+>>> model, report = tvm_taso.optimize(tvm_taso.load_onnx("m.onnx"), target="cuda")  # ONNX stays ONNX
 >>> ex = tvm.compile(mod, target, relax_pipeline=relax.get_pipeline("taso"))
 """
 
 from .cost import AnalyticCost, CostModel, Kernel, kernels
-from .io.onnx_export import ExportError, export_onnx
-from .io.onnx_import import InputError, load_onnx
+from .io.onnx_export import ExportError
+from .io.onnx_import import InputError
+from .io.onnx_model import OnnxModel, export_onnx, load_onnx
 from .optimize import TasoSkippedWarning, optimize
 from .rewrite.rule import Rule, RuleSyntaxError, default_rules, load_rules, parse_rules
 from . import passes
@@ -22,6 +24,7 @@ __all__ = [
     "InputError",
     "CostModel",
     "Kernel",
+    "OnnxModel",
     "Rule",
     "RuleSyntaxError",
     "TasoSkippedWarning",

@@ -1,10 +1,27 @@
-"""Where tvm-taso keeps files, and how it writes them without ever leaving a partial one."""
+"""Where tvm-taso keeps files, and how it writes them without ever leaving a partial one.
+
+Every file tvm-taso writes goes through :func:`write_all` (or :func:`write_atomically` for one
+file): each output is written to a fresh temporary file beside it, then all are renamed into
+place, so a reader sees the old files or the new ones, never a partial one, and an error or a
+signal leaves no temporary file behind. Outputs get the mode a plain ``open(path, "w")`` would
+give them (the umask's), or keep the mode of the file they replace.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import stat
 import tempfile
 from pathlib import Path
+
+TEMP_PREFIX = ".tvm-taso-"
+_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written; the message names it (not a temporary file)."""
 
 
 def cache_dir() -> Path:
@@ -13,23 +30,117 @@ def cache_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "tvm-taso"
 
 
-def write_atomically(path: str | os.PathLike, write) -> None:
-    """Call ``write(tmp_path)`` on a fresh file beside ``path``, then move it to ``path``.
-
-    The temporary file is created exclusively (no symlink is followed) in the destination's
-    directory, so the final rename is atomic: readers see the old file or the new one, never a
-    partial one, and the temporary file is removed whatever happens.
-    """
+def check_output_path(path: str | os.PathLike, what: str = "output") -> None:
+    """Raise :class:`OutputPathError` (one line naming ``what`` and ``path``) unless ``path`` can
+    be written: its directory exists and is writable, and it is not itself a directory. Cheap:
+    call it for every output before doing any work."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tvm-taso-", suffix=os.path.splitext(path)[1], dir=directory)
-    os.close(fd)
+    if os.path.isdir(path):
+        raise OutputPathError(f"{what} {path}: is a directory")
+    if not os.path.exists(directory):
+        raise OutputPathError(f"{what} {path}: directory {directory} does not exist")
+    if not os.path.isdir(directory):
+        raise OutputPathError(f"{what} {path}: {directory} is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{what} {path}: directory {directory} is not writable")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise OutputPathError(f"{what} {path}: exists and is not a regular file")
+
+
+def check_output_paths(outputs: dict) -> None:
+    """:func:`check_output_path` for each ``{what: path}`` (None paths skipped), and no two
+    outputs naming the same file."""
+    seen: dict[str, str] = {}
+    for what, path in outputs.items():
+        if path is None:
+            continue
+        check_output_path(path, what)
+        real = os.path.realpath(path)
+        if real in seen:
+            raise OutputPathError(f"{what} {path}: the same file as {seen[real]}")
+        seen[real] = what
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux allows."""
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(path: str, executable: bool = False) -> int:
+    """The mode of the file at ``path`` if it is replaced, else what the umask gives a new file
+    (``executable``: a new file the writer made executable, e.g. a linked shared library)."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return (0o777 if executable else 0o666) & ~_umask()
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM while the body runs (they are delivered right after), so that a
+    temporary file is never created without being recorded for removal, and renames are never
+    interrupted half-way."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
+        yield
+        return
+    try:
+        yield
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def write_all(outputs: dict) -> None:
+    """Write several files all or none: ``outputs`` maps each path to ``write(tmp_path)``.
+
+    Each is written to a temporary file created exclusively (no symlink is followed) in its
+    destination's directory; only when all are written are they renamed into place (atomic, one
+    by one, with SIGINT and SIGTERM held). On any error or signal every temporary file is
+    removed and no destination is touched.
+    """
+    staged: dict[str, str] = {}  # temporary file -> destination, until renamed
+    try:
+        for path, write in outputs.items():
+            path = os.fspath(path)
+            directory = os.path.dirname(os.path.abspath(path))
+            try:
+                with _signals_held():
+                    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=os.path.splitext(path)[1], dir=directory)
+                    staged[tmp] = path
+                os.close(fd)
+                write(tmp)
+                # after writing: a writer may have replaced the file (a linker does)
+                os.chmod(tmp, _mode_for(path, executable=bool(os.stat(tmp).st_mode & 0o111)))
+            except OSError as err:  # name the destination, not the temporary file
+                raise OSError(f"cannot write {path}: {err.strerror or err}; nothing written") from err
+        with _signals_held():
+            for tmp, path in list(staged.items()):
+                os.replace(tmp, path)
+                del staged[tmp]
+    finally:
+        for tmp in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def write_atomically(path: str | os.PathLike, write) -> None:
+    """Call ``write(tmp_path)`` on a fresh file beside ``path``, then move it to ``path``
+    (:func:`write_all` for one file)."""
+    write_all({path: write})
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:

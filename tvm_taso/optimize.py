@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from collections import Counter
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
+from tvm_taso import target as targets
+
 from tvm_taso.cost.factory import make_cost_model
+from tvm_taso.cost.fusion import launched_kernels
 from tvm_taso.cost.model import CostModel
 from tvm_taso.guard import guard as measured_guard
+from tvm_taso.io.onnx_model import OnnxModel
+from tvm_taso.io.onnx_search import guard_onnx, optimize_onnx
 from tvm_taso.ir.graph import fold_constants
 from tvm_taso.ir.ops import OpError
-from tvm_taso.ir.relax_bridge import BlockGraph
+from tvm_taso.ir.relax_bridge import BlockGraph, foreign_function
 from tvm_taso.rewrite.rule import Rule, default_rules
-from tvm_taso.search.backtrack import SearchStats, search
+from tvm_taso.search.backtrack import SearchStats
+from tvm_taso.search.eqsat import SEARCH, check_search, search
+from tvm_taso.search.options import validate
+from tvm_taso.verify.admit import admit
 
 log = logging.getLogger("tvm_taso")
 
@@ -38,20 +48,36 @@ def optimize(
     progress: bool = False,
     guard=False,
     guard_repeats: int = 7,
+    min_gain: float = 1e-6,
+    search: str = "backtrack",
 ) -> tuple[tvm.IRModule, dict]:
     """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
 
     Parameters
     ----------
-    mod : the Relax IRModule (e.g. from ``relax.frontend.onnx.from_onnx``).
+    mod : the Relax IRModule (e.g. from ``relax.frontend.onnx.from_onnx``), or an ONNX model
+        from :func:`tvm_taso.load_onnx`: then ``new_mod`` is an ONNX model too, the same one
+        with only what the search rewrote replaced (:mod:`tvm_taso.io.onnx_search`).
     target : the TVM target the cost model prices for (str, dict or Target); default CPU.
-    rules : the substitutions; default the shipped library (proved or checked rules).
+    rules : the substitutions; default the shipped library (proved or checked rules). Rules
+        from anywhere else are proved or checked before the search uses them, and refused
+        (left out, with a warning naming the counterexample) when they fail
+        (:func:`tvm_taso.verify.admit.admit`; ``load_rules(path, trust=True)`` skips this).
     cost_model : a :class:`~tvm_taso.cost.model.CostModel`, or ``"auto"``, ``"analytic"``,
         ``"measure"`` or ``"learned"`` (see :func:`~tvm_taso.cost.factory.make_cost_model`).
     alpha : keep exploring graphs up to ``alpha`` times the best cost (TASO's relaxation).
     budget : graphs expanded per region of the search.
     time_limit : wall-clock bound for the whole search, in seconds.
     region_size : ops per search region (the graph is split so time grows linearly).
+    min_gain : a rewritten region or block is kept only when it is cheaper by more than this
+        fraction of its cost (default 1e-6: float rounding is not a gain); otherwise the module
+        is returned untouched.
+    search : ``"backtrack"`` (TASO's search), ``"eqsat"`` (equality saturation with egglog,
+        TENSAT's search; needs ``pip install 'tvm-taso[eqsat]'``) or ``"auto"`` (eqsat, plus
+        backtracking on small regions, the cheaper kept); see :mod:`tvm_taso.search.eqsat`.
+        ``report["search"]`` says which ran per region, the largest e-graph and extraction time;
+        ``report["regions_stopped"]`` why each region stopped (``saturated``, ``node limit``,
+        ``round limit``, ``deadline``).
     guard : compile the original and the rewritten module for ``target``, time them side by
         side on this machine's device (``guard_repeats`` rounds), and keep the rewrite only if
         it was faster in at least three rounds out of four (:func:`tvm_taso.guard.guard`);
@@ -60,13 +86,27 @@ def optimize(
         ``guard(before, after) -> dict`` (with at least ``"kept"``) decides instead, e.g. on
         MetaSchedule-tuned builds; its dict becomes ``report["guard"]``.
 
-    Returns ``(new_mod, report)``; the report is JSON-serializable: ``cost_before``,
-    ``cost_after`` (microseconds, by the cost model), ``search_seconds``, ``expanded``,
-    ``applied`` (rule name -> count), ``skipped`` (what was left alone and why) and more.
+    Returns ``(new_mod, report)``; the report is strict JSON (``json.dumps(report,
+    allow_nan=False)`` works): ``cost_before``, ``cost_after`` (microseconds, by the cost model;
+    ``None`` with a line in ``notes`` when not finite), ``search_seconds``, ``expanded``,
+    ``applied`` (rule name -> count, only rewrites present in ``new_mod``), ``skipped`` (what was
+    left alone and why), ``rules_refused``, ``kernels_before`` and ``kernels_after`` (kernels
+    TVM launches for the module's Relax functions, opaque ones included; None for ONNX) and
+    more. Functions marked ``Primitive``, ``Composite`` or ``Codegen`` (BYOC partitions) are
+    left alone.
+
+    Raises ValueError (one line) for an option out of range and
+    :class:`~tvm_taso.target.TargetError` for a target TVM does not know.
     """
+    validate(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size, min_gain=min_gain,
+             guard_repeats=guard_repeats)
+    check_search(search)
     if target is None:
         target = tvm.target.Target.current(allow_none=True)
-    rules = default_rules() if rules is None else list(rules)
+    else:
+        targets.parse(target)  # an unknown target: one line listing what is accepted
+    refused: list = []
+    rules = default_rules() if rules is None else admit(list(rules), refused=refused)
     cost = make_cost_model(cost_model, target)
     stats = SearchStats()
     skipped: Counter = Counter()
@@ -75,15 +115,107 @@ def optimize(
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     bar = _progress_bar(mod) if progress else None
+    extra = {}
+    search_kind = SEARCH.set(search)  # the drivers' search() calls run the chosen search
+    try:
+        if isinstance(mod, OnnxModel):
+            new_mod, cost_before, cost_after, folded, extra = optimize_onnx(
+                mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain
+            )
+        else:
+            new_mod, cost_before, cost_after, folded = _optimize_module(
+                mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain
+            )
+    finally:
+        SEARCH.reset(search_kind)
+    if bar is not None:
+        bar.close()
+    if new_mod is not mod and not isinstance(mod, OnnxModel) and tvm_ffi.structural_equal(new_mod, mod):
+        # every rewrite was undone by a later one: the module is the same, so say nothing was applied
+        new_mod, cost_after = mod, cost_before
+        stats.applied, stats.rewrites, stats.curve = Counter(), [], []
+    seconds = time.perf_counter() - t0
+    report = {
+        "cost_model": cost.describe(),
+        "target": str(target) if target is not None else None,
+        "cost_before": cost_before,
+        "cost_after": cost_after,
+        "speedup_estimate": (cost_before / cost_after) if cost_after else 1.0,
+        "search_cost_after": cost_after,  # the search's estimate, kept when a guard reverts
+        "search_seconds": seconds,
+        "expanded": stats.expanded,
+        "candidates": stats.candidates,
+        "regions": stats.regions,
+        "regions_cut_short": stats.regions_cut_short,
+        "regions_reused": stats.reused,
+        "regions_stopped": dict(sorted(stats.stopped.items())),
+        "search": {"kind": search, "regions": dict(stats.engines), "egraph_nodes": stats.egraph_nodes,
+                   "egraph_classes": stats.egraph_classes, "extraction_seconds": stats.extraction_seconds,
+                   "extraction": dict(stats.extraction_methods)},
+        "applied": dict(sorted(stats.applied.items())),
+        "constants_folded": folded + stats.folded,
+        "skipped": [{"what": what, "count": n} for what, n in sorted(skipped.items())],
+        "curve": _curve(t0, cost_before, stats.curve),
+        "rewrites": stats.rewrites,
+        "rules_refused": [r.to_json() for r in refused],
+        **extra,
+        "settings": {"alpha": alpha, "budget": budget, "time_limit": time_limit, "region_size": region_size,
+                     "min_gain": min_gain, "search": search,
+                     "guard": guard if isinstance(guard, bool) else getattr(guard, "__name__", type(guard).__name__)},
+    }
+    if guard and new_mod is not mod:
+        if callable(guard):
+            report["guard"] = guard(mod, new_mod)
+        elif isinstance(mod, OnnxModel):
+            report["guard"] = guard_onnx(mod, new_mod, target, guard_repeats)
+        else:
+            report["guard"] = measured_guard(mod, new_mod, target, guard_repeats)
+        if not report["guard"]["kept"]:
+            new_mod = mod
+            report["guard"]["reverted"] = report["applied"]
+            report["applied"] = {}
+            report["cost_after"] = report["cost_before"]
+            report["speedup_estimate"] = 1.0
+    report["kernels_before"] = launched_kernels(mod, target)
+    report["kernels_after"] = report["kernels_before"] if new_mod is mod else launched_kernels(new_mod, target)
+    if stats.regions_cut_short:
+        log.warning("tvm-taso: time_limit=%gs cut the search short in %d region(s); the result may differ "
+                    "from run to run (raise time_limit, or bound the search by budget)",
+                    time_limit, stats.regions_cut_short)
+    _strict_json(report)
+    if skipped:
+        warnings.warn(
+            "tvm-taso left parts of the module as they were: "
+            + "; ".join(f"{what} (x{n})" for what, n in sorted(skipped.items())),
+            TasoSkippedWarning,
+            stacklevel=2,
+        )
+    log.info(
+        "tvm-taso: cost %.1f -> %.1f us in %.2f s, applied %s",
+        cost_before,
+        cost_after,
+        seconds,
+        dict(stats.applied),
+    )
+    return new_mod, report
+
+
+def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain):
+    """Search every Relax function of ``mod``: (new module, cost before, cost after, folded)."""
+    cost_before = cost_after = 0.0
+    folded = 0
     new_mod = mod
     for gvar, func in mod.functions.items():
         if not isinstance(func, relax.Function):
+            continue
+        if foreign_function(func):
+            log.debug("@%s has the %s attribute: left alone", gvar.name_hint, foreign_function(func))
             continue
         fname = gvar.name_hint
         fstats = SearchStats()
         try:
             new_func, before, after, nfold = _optimize_function(
-                func, fname, rules, cost, alpha, budget, deadline, region_size, fstats, skipped, bar
+                func, fname, rules, cost, alpha, budget, deadline, region_size, fstats, skipped, bar, min_gain
             )
         except Exception as err:  # noqa: BLE001 - never fail the user's pipeline
             log.debug("optimizing %s failed", fname, exc_info=True)
@@ -102,56 +234,11 @@ def optimize(
         stats.absorb(fstats, kept)
         cost_before += before
         cost_after += after
-    if bar is not None:
-        bar.close()
-    seconds = time.perf_counter() - t0
-    report = {
-        "cost_model": cost.describe(),
-        "target": str(target) if target is not None else None,
-        "cost_before": cost_before,
-        "cost_after": cost_after,
-        "speedup_estimate": (cost_before / cost_after) if cost_after else 1.0,
-        "search_seconds": seconds,
-        "expanded": stats.expanded,
-        "candidates": stats.candidates,
-        "regions": stats.regions,
-        "regions_cut_short": stats.regions_cut_short,
-        "regions_reused": stats.reused,
-        "regions_stopped": dict(sorted(stats.stopped.items())),
-        "applied": dict(sorted(stats.applied.items())),
-        "constants_folded": folded + stats.folded,
-        "skipped": [{"what": what, "count": n} for what, n in sorted(skipped.items())],
-        "curve": _curve(t0, cost_before, stats.curve),
-        "rewrites": stats.rewrites,
-        "settings": {"alpha": alpha, "budget": budget, "time_limit": time_limit, "region_size": region_size,
-                     "guard": guard if isinstance(guard, bool) else getattr(guard, "__name__", type(guard).__name__)},
-    }
-    if guard and new_mod is not mod:
-        report["guard"] = guard(mod, new_mod) if callable(guard) else measured_guard(mod, new_mod, target, guard_repeats)
-        if not report["guard"]["kept"]:
-            new_mod = mod
-            report["guard"]["reverted"] = report["applied"]
-            report["applied"] = {}
-            report["cost_after"] = report["cost_before"]
-            report["speedup_estimate"] = 1.0
-    if skipped:
-        warnings.warn(
-            "tvm-taso left parts of the module as they were: "
-            + "; ".join(f"{what} (x{n})" for what, n in sorted(skipped.items())),
-            TasoSkippedWarning,
-            stacklevel=2,
-        )
-    log.info(
-        "tvm-taso: cost %.1f -> %.1f us in %.2f s, applied %s",
-        cost_before,
-        cost_after,
-        seconds,
-        dict(stats.applied),
-    )
-    return new_mod, report
+    return new_mod, cost_before, cost_after, folded
 
 
-def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar):
+def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar,
+                       min_gain):
     body = func.body
     if not isinstance(body, relax.SeqExpr):
         skipped[f"@{fname}: body is not a sequence of blocks"] += 1
@@ -189,10 +276,11 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
             region_size,
             bstats,
             progress=bar.update if bar is not None else None,
+            min_gain=min_gain,
         )
         nfold = fold_constants(g)
         c1 = cost.cost(g)
-        if c1 >= c0 or g.structural_hash() == g0.structural_hash():
+        if not c1 < c0 * (1.0 - min_gain) or g.structural_hash() == g0.structural_hash():
             stats.absorb(bstats, kept=False)
             blocks.append(block)
             before += c0
@@ -209,6 +297,30 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
     seq = relax.BlockBuilder().normalize(relax.SeqExpr(blocks, body.body))
     new_func = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs, func.span)
     return new_func, before, after, folded
+
+
+def _strict_json(report: dict) -> None:
+    """Make ``report`` strict JSON in place: a cost that is not a finite number (a kernel that
+    failed to build or run costs infinity under ``measure``) becomes None, with one line in
+    ``report["notes"]`` per field."""
+    notes = []
+
+    def clean(x, path):
+        if isinstance(x, float) and not math.isfinite(x):
+            notes.append(f"{path} was {x!r} (a kernel that failed to build or run, or no time measured); "
+                         "written as null")
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v, f"{path}.{k}" if path else str(k)) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v, f"{path}[{i}]") for i, v in enumerate(x)]
+        return x
+
+    cleaned = clean(report, "")
+    report.clear()
+    report.update(cleaned)
+    if notes:
+        report["notes"] = report.get("notes", []) + notes
 
 
 def _curve(t0: float, start: float, changes: list) -> list:

@@ -10,7 +10,11 @@ dropped before TVM sees the target.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
+
+log = logging.getLogger("tvm_taso.target")
 
 GPU_KINDS = ("cuda", "rocm", "vulkan", "metal", "opencl", "webgpu")
 CPU_KINDS = ("llvm", "c")
@@ -49,9 +53,33 @@ def parse(target=None):
     elif not isinstance(data, str) or not data.strip():
         raise TargetError(f"target {target!r} is not a target; expected {_accepted()}")
     try:
-        return tvm.target.Target(data)
+        return tvm.target.Target(_with_cuda_arch(data))
     except Exception:  # noqa: BLE001 - TVM raises several types for unknown kinds and tags
         raise TargetError(f"unknown target {target!r}; expected {_accepted()}") from None
+
+
+@functools.cache
+def _cuda_gpu_present() -> bool:
+    import tvm
+
+    try:
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # noqa: BLE001 - no driver at all
+        return False
+
+
+def _with_cuda_arch(data):
+    """A cuda target that names no ``arch``, on a machine without a CUDA GPU, with TVM's default
+    ``sm_50`` set explicitly: the same target, but TVM does not print "Unable to detect CUDA
+    version" on stderr each time one is made. Said once in the log instead."""
+    name = data.get("kind") if isinstance(data, dict) else data.strip()
+    if name != "cuda" or (isinstance(data, dict) and "arch" in data) or _cuda_gpu_present():
+        return data
+    if not getattr(_with_cuda_arch, "said", False):
+        _with_cuda_arch.said = True
+        log.info("no CUDA GPU on this machine: cuda targets without an arch are taken as sm_50 "
+                 "(give one, e.g. {\"kind\": \"cuda\", \"arch\": \"sm_90\"})")
+    return dict(data, arch="sm_50") if isinstance(data, dict) else {"kind": "cuda", "arch": "sm_50"}
 
 
 def kind(target=None) -> str:

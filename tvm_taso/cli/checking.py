@@ -3,47 +3,159 @@ side-by-side latency of ``tvm-taso bench``."""
 
 from __future__ import annotations
 
+import math
+import os
+import tempfile
+
 import numpy as np
 
 from tvm_taso.io.onnx_import import InputError
-from tvm_taso.numerics import TOLERANCE, relative_error
-from tvm_taso.runtime import inputs_for, run
+from tvm_taso.numerics import TOLERANCE, array_relative_error, tolerance
 
 
 class CheckFailed(RuntimeError):
     """``--check`` found different outputs."""
 
 
-def _onnxruntime_outputs(proto, feeds: dict) -> list[np.ndarray]:
+# Ops an integer input passes through unchanged in value on its way to an index (a Gather's).
+_VALUE_PRESERVING = ("Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity")
+DEFAULT_INT_RANGE = (0, 10)  # an integer input no index tells us about (a mask, a count)
+
+
+def check_onnx(original, optimized, seed: int = 0) -> dict:
+    """Run ``original`` and ``optimized`` (:class:`~tvm_taso.io.onnx_model.OnnxModel`) in
+    onnxruntime on the same random inputs, fed by name, and compare every output by name: the
+    same NaN/+inf/-inf positions and a relative error (:mod:`tvm_taso.numerics`) within the
+    tolerance of its dtype. A model with symbolic dimensions runs at the priced sizes and at a
+    second size. Integer inputs are drawn below the size of the table they index where the graph
+    shows one (token ids below the vocabulary), else from ``DEFAULT_INT_RANGE``.
+
+    Raises :class:`InputError` when onnxruntime is missing or rejects the *original* model,
+    :class:`CheckFailed` when it rejects the optimized one.
+    """
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise InputError("--check runs both models in onnxruntime: pip install onnxruntime") from None
+    try:
+        before = _session(original.proto)
+    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types
+        raise InputError(f"{original.name}: onnxruntime cannot load the original model ({_first_line(err)}); "
+                         "--check needs a model onnxruntime runs") from None
+    try:
+        after = _session(optimized.proto)
+    except Exception as err:  # noqa: BLE001
+        raise CheckFailed(f"--check: onnxruntime cannot load the optimized model ({_first_line(err)}); "
+                          "nothing written") from None
+    ranges = integer_ranges(original)
+    sizes = [original.dims] + ([original.second_dims()] if original.dims else [])
+    outputs: dict[str, dict] = {}
+    runs = []
+    for k, dims in enumerate(sizes):
+        feeds = random_feeds(original, dims, ranges, seed + k)
+        try:
+            expected = dict(zip([o.name for o in before.get_outputs()], before.run(None, feeds)))
+        except Exception as err:  # noqa: BLE001
+            if k == 0:
+                raise InputError(f"{original.name}: onnxruntime cannot run the original model ({_first_line(err)}); "
+                                 "--check needs a model onnxruntime runs") from None
+            runs.append({"dims": dims, "skipped": f"the original does not run at these sizes: {_first_line(err)}"})
+            continue
+        try:
+            got = dict(zip([o.name for o in after.get_outputs()], after.run(None, feeds)))
+        except Exception as err:  # noqa: BLE001
+            raise CheckFailed(f"--check: the optimized model fails in onnxruntime at {dims or 'its shapes'} "
+                              f"({_first_line(err)}); nothing written") from None
+        for name, value in expected.items():
+            err = array_relative_error(value, got[name]) if name in got else math.inf
+            tol = tolerance(np.asarray(value).dtype)
+            entry = outputs.setdefault(name, {"max_relative_error": 0.0, "tolerance": tol})
+            entry["max_relative_error"] = max(entry["max_relative_error"], err)
+            entry["ok"] = entry["max_relative_error"] <= tol
+        runs.append({"dims": dims, "inputs": {n: list(a.shape) for n, a in feeds.items()}})
+    worst = max(outputs, key=lambda n: outputs[n]["max_relative_error"] - outputs[n]["tolerance"], default=None)
+    return {
+        "ok": all(o["ok"] for o in outputs.values()),
+        "max_relative_error": outputs[worst]["max_relative_error"] if worst else 0.0,
+        "tolerance": outputs[worst]["tolerance"] if worst else TOLERANCE,
+        "worst_output": worst,
+        "outputs": outputs,
+        "runs": runs,
+        "runtime": "onnxruntime",
+    }
+
+
+def _first_line(err) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def _session(proto):
     import onnxruntime as ort
+
+    from tvm_taso.io.onnx_model import OnnxModel, is_large
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    if not is_large(proto):
+        return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory(prefix="tvm-taso-check-") as tmp:  # over 2 GB: external data
+        path = os.path.join(tmp, "model.onnx")
+        OnnxModel(proto, "", {}).save(path)
+        return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
-def compare_onnx(original, optimized, mod, seed: int = 0) -> dict:
-    """Run both ONNX models on the same random inputs (onnxruntime when installed, else TVM on
-    llvm) and report the largest relative error."""
-    from tvm_taso.io.onnx_import import load_onnx
+def random_feeds(model, dims: dict, ranges: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays for ``model``'s real inputs, by name, with symbolic dimensions at ``dims``:
+    floats standard normal, booleans half true, integers in ``ranges[name]`` (low, high)."""
+    from onnx import helper
 
-    inputs = inputs_for(mod, seed=seed)
-    names = [p.name for p in mod["main"].params]
-    try:
-        import onnxruntime  # noqa: F401
+    from tvm_taso.io.onnx_import import real_inputs
 
-        feeds = dict(zip(graph_input_names(original, len(names)), inputs))
-        expected = _onnxruntime_outputs(original, feeds)
-        feeds = dict(zip(graph_input_names(optimized, len(names)), inputs))
-        got = _onnxruntime_outputs(optimized, feeds)
-        runtime = "onnxruntime"
-    except ImportError:
-        expected = run(mod, inputs)
-        got = run(load_onnx(optimized), inputs)
-        runtime = "tvm (llvm)"
-    err = relative_error(expected, got)
-    return {"ok": err <= TOLERANCE, "max_relative_error": err, "tolerance": TOLERANCE, "runtime": runtime}
+    rng = np.random.default_rng(seed)
+    shapes = model.shapes(dims)
+    feeds = {}
+    for inp in real_inputs(model.proto):
+        if inp.name not in shapes:
+            continue
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type))
+        shape = shapes[inp.name]
+        if dtype.kind == "f":
+            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[inp.name] = rng.random(shape) < 0.5
+        else:
+            low, high = ranges.get(inp.name, DEFAULT_INT_RANGE)
+            feeds[inp.name] = rng.integers(low, high, size=shape).astype(dtype)
+    return feeds
+
+
+def integer_ranges(model) -> dict[str, tuple[int, int]]:
+    """``{input: (low, high)}`` for integer inputs that reach the indices of a Gather (through
+    casts and reshapes): ``[0, rows)`` of the smallest table indexed, as the graph gives it."""
+    consumers: dict[str, list] = {}
+    for node in model.proto.graph.node:
+        for k, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, k))
+    result = {}
+    for inp in model.proto.graph.input:
+        bound, stack, seen = None, [inp.name], set()
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for node, k in consumers.get(name, []):
+                if node.op_type in _VALUE_PRESERVING and k == 0:
+                    stack.extend(node.output)
+                elif node.op_type in ("Gather", "GatherElements") and k == 1:
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    shape = (model.types.get(node.input[0]) or (0, None))[1]
+                    if shape and -len(shape) <= axis < len(shape) and shape[axis]:
+                        rows = shape[axis]
+                        bound = rows if bound is None else min(bound, rows)
+        if bound:
+            result[inp.name] = (0, bound)
+    return result
 
 
 def graph_input_names(proto, count: int) -> list[str]:

@@ -8,6 +8,7 @@ from collections import Counter
 
 from tvm_taso import target as targets
 from tvm_taso.cost.database import MeasurementDB
+from tvm_taso.files import cache_dir, check_output_path
 
 
 def add_cost_command(subparsers) -> None:
@@ -55,6 +56,10 @@ def cmd_cost_show(args) -> int:
 def cmd_cost_train(args) -> int:
     from tvm_taso.cost.training import train
 
+    if args.output:
+        check_output_path(args.output, "-o")
+    if args.target:
+        targets.parse(args.target)  # an unknown target: one line listing what is accepted
     db = MeasurementDB(args.db)
     records = db.records()
     target = None
@@ -78,7 +83,14 @@ def cmd_cost_train(args) -> int:
     except ValueError as err:
         print(f"tvm-taso: cannot train: {err} ({db.path})", file=sys.stderr)
         return 2
-    path = model.save(args.output)
+    try:
+        path = model.save(args.output)
+    except OSError as err:
+        if args.output:
+            raise
+        print(f"tvm-taso: error: cannot save the model in the cache directory {cache_dir()} "
+              f"(set TVM_TASO_CACHE to a writable directory, or give -o): {err}", file=sys.stderr)
+        return 3
     metrics = dict(metrics, model=str(path))
     if args.json:
         print(json.dumps(metrics, indent=2))

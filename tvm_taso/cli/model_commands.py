@@ -5,10 +5,19 @@ TasoOptimize)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+import warnings
+from pathlib import Path
 
-from tvm_taso.files import write_atomically, write_text_atomically
+from tvm_taso.files import (
+    OutputPathError,
+    check_output_paths,
+    write_all,
+    write_atomically,
+    write_text_atomically,
+)
 from tvm_taso.io.onnx_import import InputError
 
 
@@ -23,6 +32,7 @@ def add_model_commands(sub) -> None:
     ex.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
     ex.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
     ex.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
+    _search_arg(ex)
     ex.add_argument("--json", help="write the report as JSON to this file")
     ex.add_argument("--show", action="store_true", help="print the optimized Relax module")
     ex.set_defaults(func=cmd_example)
@@ -31,11 +41,13 @@ def add_model_commands(sub) -> None:
         sp.add_argument("input", help="the ONNX model")
         sp.add_argument("--target", default="llvm", help="llvm, cuda, or a JSON target (default llvm)")
         sp.add_argument("--shape", action="append", metavar="NAME=1x3x224x224",
-                        help="static shape for an input with dynamic dimensions (repeatable)")
+                        help="sizes for an input with dynamic dimensions (repeatable); optimize prices at them "
+                        "(default 1 for the first axis, 128 elsewhere) and keeps the model dynamic")
 
     opt = sub.add_parser("optimize", help="optimize an ONNX model and write the optimized ONNX model",
-                         description="Import IN.onnx through TVM, rewrite its graph with TASO substitutions "
-                         "chosen by cost for --target, and export the result as ONNX.")
+                         description="Rewrite IN.onnx's graph with TASO substitutions chosen by cost for --target "
+                         "and write it back as ONNX: the same interface, nodes the search did not rewrite kept as "
+                         "they were, symbolic dimensions kept symbolic.")
     model_args(opt)
     opt.add_argument("-o", "--output", required=True, help="where to write the optimized ONNX model")
     opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned"],
@@ -46,8 +58,10 @@ def add_model_commands(sub) -> None:
     opt.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
     opt.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
     opt.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
+    _search_arg(opt)
     opt.add_argument("--check", action="store_true",
-                     help="run original and optimized models on random inputs; fail on any mismatch")
+                     help="run original and optimized models in onnxruntime on the same random inputs (by name, "
+                     "dynamic dimensions at two sizes) and compare every output by name; fail on any mismatch")
     opt.add_argument("--guard", action="store_true",
                      help="time the rewritten model against the original through TVM on --target (this "
                      "machine's device) and keep it only if measured faster")
@@ -71,6 +85,13 @@ def add_model_commands(sub) -> None:
     bench.set_defaults(func=cmd_bench)
 
 
+def _search_arg(parser) -> None:
+    parser.add_argument("--search", default="backtrack", choices=["backtrack", "eqsat", "auto"],
+                        help="backtrack (TASO's search, default), eqsat (equality saturation with egglog, "
+                        "TENSAT's search; pip install 'tvm-taso[eqsat]'), auto (eqsat, plus backtracking on "
+                        "small regions)")
+
+
 def _target(text: str):
     """``--target`` as ``optimize`` takes it: a name or tag as is, a JSON object as a dict.
 
@@ -82,6 +103,28 @@ def _target(text: str):
     target.parse(text)
     text = text.strip()
     return json.loads(text) if text.startswith("{") else text
+
+
+def _check_outputs(args, **outputs) -> None:
+    """Check every output path (``{option: path}``) before any work, so that a missing or
+    read-only directory costs no search time; only ``-o`` may name the input (it is replaced
+    atomically, and the user is told)."""
+    check_output_paths(outputs)
+    source = getattr(args, "input", None)
+    if source is None or not os.path.exists(source):
+        return
+    for option, path in outputs.items():
+        if path is not None and os.path.exists(path) and os.path.samefile(source, path):
+            if option != "-o":
+                raise OutputPathError(f"{option} {path}: is the input model; choose another file")
+            _step(f"-o {path} is the input model: it is replaced (atomically) only once the result is ready")
+
+
+def _quiet_skips() -> None:
+    """The summary lists what the search left as is: no separate warning for it."""
+    from tvm_taso.optimize import TasoSkippedWarning
+
+    warnings.simplefilter("ignore", TasoSkippedWarning)
 
 
 def _step(msg: str) -> None:
@@ -119,6 +162,8 @@ def cmd_example(args) -> int:
     from tvm_taso.runtime import inputs_for, run
 
     target = _target(args.target)
+    _check_outputs(args, **{"--json": args.json})
+    _quiet_skips()
     mod = examples.EXAMPLES[args.model]()
     new, report = tvm_taso.optimize(
         mod,
@@ -128,6 +173,7 @@ def cmd_example(args) -> int:
         budget=args.budget,
         time_limit=args.time_limit,
         progress=True,
+        search=args.search,
     )
     print(f"model            {args.model} ({len(mod['main'].body.blocks[0].bindings)} bindings), "
           f"priced for {target}")
@@ -141,27 +187,26 @@ def cmd_example(args) -> int:
     if args.show:
         print(new.script(show_meta=False))
     if args.json:
-        write_text_atomically(args.json, json.dumps(report, indent=2))
+        write_text_atomically(args.json, json.dumps(report, indent=2, allow_nan=False))
         print(f"report           {args.json}")
     return 0 if ok else 1
 
 
 def cmd_optimize(args) -> int:
-    import onnx
-
     import tvm_taso
-    from tvm_taso.cli.checking import CheckFailed, compare_onnx
-    from tvm_taso.io.onnx_export import export_onnx
-    from tvm_taso.io.onnx_import import load_onnx, read_model
+    from tvm_taso.cli.checking import CheckFailed, check_onnx
+    from tvm_taso.io.onnx_import import read_model
 
     target = _target(args.target)
+    _check_outputs(args, **{"-o": args.output, "--report": args.report, "--html": args.html})
+    _quiet_skips()
     proto, name = read_model(args.input)
-    _step(f"importing {name}")
-    mod = load_onnx(proto, shapes=_shapes(args), name=name)
+    _step(f"reading {name}")
+    model = tvm_taso.load_onnx(proto, shapes=_shapes(args), name=name)
     rules = _rules(args)
     _step(f"searching ({len(rules)} rules, time limit {args.time_limit:g} s)")
     new, report = tvm_taso.optimize(
-        mod,
+        model,
         target=target,
         rules=rules,
         cost_model=_cost_model(args.cost, target),
@@ -170,31 +215,36 @@ def cmd_optimize(args) -> int:
         time_limit=args.time_limit,
         progress=True,
         guard=args.guard,
+        search=args.search,
     )
-    _step("exporting")
-    out_proto = export_onnx(new, None)
     if args.check:
-        _step("checking outputs on random inputs")
-        result = compare_onnx(proto, out_proto, mod)
+        _step("checking outputs on random inputs (onnxruntime, inputs and outputs by name)")
+        result = check_onnx(model, new)
         report["check"] = result
         if not result["ok"]:
             raise CheckFailed(
-                f"--check: optimized model differs from the original (max relative error "
-                f"{result['max_relative_error']:.3g} > {result['tolerance']:g}); nothing written"
+                f"--check: optimized model differs from the original in output {result['worst_output']!r} "
+                f"(max relative error {result['max_relative_error']:.3g} > {result['tolerance']:g}); nothing written"
             )
-    write_atomically(args.output, lambda tmp: onnx.save(out_proto, tmp))
+    data_file = Path(args.output).name + ".data"  # used only for a model over 2 GB
+    outputs = {args.output: lambda tmp: new.save(tmp, data_location=data_file)}  # all or none, model and reports
+    if args.report:
+        text = json.dumps(report, indent=2, allow_nan=False)
+        outputs[args.report] = lambda tmp: Path(tmp).write_text(text)
+    if args.html:
+        from tvm_taso.cli.html_report import render
+
+        page = render(report)
+        outputs[args.html] = lambda tmp: Path(tmp).write_text(page)
+    write_all(outputs)
     _print_summary(report)
     if args.check:
         print(f"check            max relative error {report['check']['max_relative_error']:.2e} "
               f"via {report['check']['runtime']} (ok)")
     print(f"written          {args.output}")
     if args.report:
-        write_text_atomically(args.report, json.dumps(report, indent=2))
         print(f"report           {args.report}")
     if args.html:
-        from tvm_taso.cli.html_report import render
-
-        write_text_atomically(args.html, render(report))
         print(f"html report      {args.html}")
     return 0
 
@@ -204,6 +254,9 @@ def _print_summary(report: dict) -> None:
           f"({report['speedup_estimate']:.2f}x, {report['cost_model']['name']})")
     print(f"search           {report['search_seconds']:.3f} s, {report['expanded']} graphs expanded, "
           f"{report['candidates']} candidates, {report['regions']} regions")
+    if report.get("regions_cut_short"):
+        print(f"cut short        the time limit stopped the search in {report['regions_cut_short']} region(s): "
+              "results may differ from run to run (raise --time-limit)")
     print("rules applied    " + (", ".join(f"{k} x{v}" for k, v in report["applied"].items()) or "none"))
     for s in report["skipped"]:
         print(f"left as is       {s['what']} (x{s['count']})")
@@ -221,10 +274,17 @@ def cmd_compile(args) -> int:
 
     import tvm_taso  # noqa: F401 - registers the "taso" pipeline
     from tvm_taso import target as targets
-    from tvm_taso.io.onnx_import import load_onnx
+    from tvm_taso.io.onnx_import import import_relax
 
     target = _target(args.target)
-    mod = load_onnx(args.input, shapes=_shapes(args))
+    _check_outputs(args, **{"-o": args.output})
+    try:
+        mod = import_relax(args.input, shapes=_shapes(args))
+    except InputError as err:
+        if "TVM's ONNX frontend" not in str(err):
+            raise
+        raise InputError(f"{err}. `tvm-taso compile` needs TVM's importer; `tvm-taso optimize` still optimizes the "
+                         "model as ONNX (run it in onnxruntime), or re-export it with static shapes") from None
     pipeline = "default" if args.no_taso else relax.get_pipeline("taso")
     _step(f"compiling for {target}" + ("" if args.no_taso else " with TasoOptimize"))
     ex = tvm.compile(mod, target=targets.parse(target), relax_pipeline=pipeline)
@@ -235,11 +295,12 @@ def cmd_compile(args) -> int:
 
 def cmd_bench(args) -> int:
     from tvm_taso.cli.checking import bench
-    from tvm_taso.io.onnx_import import load_onnx
+    from tvm_taso.io.onnx_import import import_relax
     from tvm_taso.runtime import inputs_for
 
     target = _target(args.target)
-    mod = load_onnx(args.input, shapes=_shapes(args))
+    _check_outputs(args, **{"--json": args.json})
+    mod = import_relax(args.input, shapes=_shapes(args))
     inputs = inputs_for(mod, dict(_input_file(s) for s in args.input_file or []))
     _step(f"compiling and timing on {target} (with and without TasoOptimize)")
     result = bench(mod, inputs, target, repeat=args.repeat, time_limit=args.time_limit)
@@ -251,7 +312,7 @@ def cmd_bench(args) -> int:
     print(f"speedup (default / taso) {result['speedup']:.3f}x (median of {args.repeat} pairwise ratios, "
           f"quartiles {low:.3f}-{high:.3f})")
     if args.json:
-        write_text_atomically(args.json, json.dumps(result, indent=2))
+        write_text_atomically(args.json, json.dumps(result, indent=2, allow_nan=False))
     return 0
 
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tvm_taso.files import write_text_atomically
+from tvm_taso.files import check_output_path, write_text_atomically
 from tvm_taso.generate.driver import GenConfig, generate
 from tvm_taso.generate.output import render
 from tvm_taso.generate.search_space import ALL_GROUPS
@@ -40,6 +40,8 @@ def add_generate_command(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_generate(args) -> int:
+    if args.output:
+        check_output_path(args.output, "-o")
     groups = tuple(g.strip() for g in args.ops.split(",") if g.strip())
     unknown = [g for g in groups if g not in ALL_GROUPS]
     if unknown:

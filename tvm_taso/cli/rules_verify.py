@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from tvm_taso.files import write_text_atomically
+from tvm_taso.files import check_output_path, write_text_atomically
 from tvm_taso.verify import axioms, prover, soundness, status
 
 
@@ -32,6 +32,8 @@ def add_verify_command(subparsers) -> None:
 
 
 def cmd_rules_verify(args) -> int:
+    if args.json:
+        check_output_path(args.json, "--json")
     if not prover.z3_available():
         print(f"tvm-taso: error: the verifier needs z3: {prover.INSTALL_HINT}", file=sys.stderr)
         return 2
@@ -65,7 +67,7 @@ def cmd_rules_verify(args) -> int:
         "seconds": total,
     }
     if args.json:
-        write_text_atomically(args.json, json.dumps(summary, indent=2))
+        write_text_atomically(args.json, json.dumps(summary, indent=2, allow_nan=False))
         print(f"report           {args.json}")
     if args.write:
         by_file: dict[Path, list] = {}

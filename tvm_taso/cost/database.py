@@ -7,13 +7,16 @@ write at once; readers re-read whatever others appended since their last read. A
 line (a crash mid-write, a hand edit) is skipped with one warning naming the file and line.
 
 The file lives at ``$TVM_TASO_CACHE/measurements.jsonl``, else
-``~/.cache/tvm-taso/measurements.jsonl``.
+``~/.cache/tvm-taso/measurements.jsonl``. A cache directory that cannot be created, read or
+written (a file, read-only) is named in one warning, and the database then lives in memory for
+the rest of the run: measuring goes on, nothing fails.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import math
 import logging
 import os
 import statistics
@@ -26,6 +29,8 @@ from tvm_taso import target as targets
 from tvm_taso.files import cache_dir
 
 log = logging.getLogger("tvm_taso.cost.database")
+
+_warned_unusable: set[str] = set()  # database files already named in a warning (once per run)
 
 
 def default_path() -> Path:
@@ -73,12 +78,22 @@ class Record:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def problem(self) -> str | None:
+        """Why this record cannot be a measurement (a "good" median that is NaN, infinite,
+        zero or negative), or None."""
+        if self.status != "ok" or self.median_us is None:
+            return None
+        m = self.median_us
+        if not math.isfinite(m) or m <= 0:
+            return f"median_us {m!r} is not a positive, finite time"
+        return None
+
     @staticmethod
     def from_json(data: dict) -> "Record":
         if not isinstance(data, dict) or "key" not in data or "target" not in data or "status" not in data:
             raise ValueError("not a measurement record")
         median = data.get("median_us")
-        return Record(
+        rec = Record(
             key=str(data["key"]),
             target=str(data["target"]),
             kernel=data.get("kernel") or {},
@@ -89,6 +104,10 @@ class Record:
             created=float(data.get("created") or 0.0),
             tvm_version=str(data.get("tvm_version") or ""),
         )
+        problem = rec.problem()
+        if problem:
+            raise ValueError(f"kernel {rec.key}: {problem}")
+        return rec
 
 
 class MeasurementDB:
@@ -98,19 +117,37 @@ class MeasurementDB:
         self.path = Path(path).expanduser() if path is not None else default_path()
         if self.path.is_dir() or (path is not None and str(path).endswith(os.sep)):
             self.path = self.path / "measurements.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._by_key: dict[tuple[str, str], Record] = {}
         self._order: list[Record] = []
         self._offset = 0  # bytes of the file already parsed
         self._lineno = 0  # complete lines already parsed
         self._warned: set[int] = set()
+        self.in_memory = False  # the file cannot be used: records live in this object only
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            self._use_memory(err)
+
+    def _use_memory(self, err: OSError) -> None:
+        """Go on without the file, after one warning naming its directory (and TVM_TASO_CACHE)."""
+        self.in_memory = True
+        if str(self.path) not in _warned_unusable:
+            _warned_unusable.add(str(self.path))
+            log.warning("cannot use the measurement cache %s (%s): measurements are kept in memory for this "
+                        "run only; set TVM_TASO_CACHE to a writable directory to keep them",
+                        self.path.parent, err.strerror or err)
 
     # -- reading -----------------------------------------------------------------------------
     def refresh(self) -> None:
         """Parse lines appended since the last read (by this or any other process)."""
+        if self.in_memory:
+            return
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
+            return
+        except OSError as err:  # a file where a directory should be, no permission
+            self._use_memory(err)
             return
         if size < self._offset:  # truncated or replaced: start over
             self._by_key.clear()
@@ -118,9 +155,13 @@ class MeasurementDB:
             self._offset = self._lineno = 0
         if size == self._offset:
             return
-        with open(self.path, "rb") as f:
-            f.seek(self._offset)
-            data = f.read()
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError as err:
+            self._use_memory(err)
+            return
         end = data.rfind(b"\n")
         if end < 0:
             return  # a line being written (or torn at the end): wait for its newline
@@ -164,7 +205,25 @@ class MeasurementDB:
 
     # -- writing -----------------------------------------------------------------------------
     def add(self, record: Record) -> None:
-        """Append one record: an exclusive lock, one write, flush and fsync."""
+        """Append one record: an exclusive lock, one write, flush and fsync (in memory only when
+        the file cannot be written). A record whose median is no time (NaN, infinite, zero,
+        negative) is refused with a warning naming it."""
+        problem = record.problem()
+        if problem:
+            log.warning("refused a measurement of kernel %s on %s: %s", record.key, record.target, problem)
+            return
+        if not self.in_memory:
+            try:
+                self._append(record)
+            except OSError as err:
+                self._use_memory(err)
+        if self.in_memory:
+            self._order.append(record)
+        self._by_key[(record.key, record.target)] = record
+        # On file, the line is parsed again by the next refresh (it may follow other writers'
+        # lines), which is harmless: the same record replaces itself.
+
+    def _append(self, record: Record) -> None:
         line = json.dumps(record.to_json(), sort_keys=True, allow_nan=False, separators=(",", ":"))
         data = (line + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -188,9 +247,6 @@ class MeasurementDB:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
-        self._by_key[(record.key, record.target)] = record
-        # The line is parsed again by the next refresh (it may follow other writers' lines),
-        # which is harmless: the same record replaces itself.
 
     # -- reporting ---------------------------------------------------------------------------
     def summary(self) -> dict:
@@ -202,8 +258,8 @@ class MeasurementDB:
             if r.ok:
                 medians[r.target].append(r.median_us)
         try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
+            size = 0 if self.in_memory else self.path.stat().st_size
+        except OSError:
             size = 0
         per_target = {}
         for t, counts in sorted(by_target.items()):

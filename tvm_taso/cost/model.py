@@ -1,9 +1,9 @@
 """The kernel partition and the :class:`CostModel` interface.
 
-A graph's cost is the sum of the costs of the kernels TVM would build from it. :func:`kernels`
-groups ops the way TVM's FuseOps does (an elementwise op folds into its producer's kernel, a
-reshape is a view, weight-only expressions are folded away before codegen); a
-:class:`CostModel` prices one :class:`Kernel`. The models themselves live beside this module:
+A graph's cost is the sum of the costs of the kernels TVM builds from it. :func:`kernels`
+groups ops as TVM's own passes do (:mod:`.fusion`: FuseOps' partition; weight-only expressions
+are folded away before codegen, a lone reshape is a view); a :class:`CostModel` prices one
+:class:`Kernel`. The models themselves live beside this module:
 :mod:`.analytic` (roofline), :mod:`.measure` (timed), :mod:`.learned` (predicted).
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from tvm_taso.cost.fusion import Group, partition
 from tvm_taso.ir import ops
-from tvm_taso.ir.graph import LEAVES, Graph, Ref
+from tvm_taso.ir.graph import LEAVES, Graph
 
 
 @dataclass(frozen=True)
@@ -87,53 +88,27 @@ def _weight_only(g: Graph) -> set[int]:
     return folded
 
 
+def groups(g: Graph) -> list[Group]:
+    """The kernels TVM builds for ``g``, as groups of node ids (:func:`.fusion.partition`)."""
+    return g.derived("fusion_groups", lambda g: partition(g, weight_only(g)))
+
+
+def kernel_count(g: Graph) -> int:
+    """How many kernels TVM launches for ``g``, opaque ops included."""
+    return sum(group.launches for group in groups(g))
+
+
 def kernels(g: Graph) -> list[Kernel]:
-    """The fused kernels TVM would build for ``g`` (opaque nodes are not priced: no rewrite
-    changes them)."""
-    free = weight_only(g)
+    """The fused kernels TVM builds for ``g`` that hold a known op, each with its known ops
+    (opaque ops are not priced: no rewrite changes them; a group that is only a reshape is a
+    view, no kernel)."""
     users = g.users()
-    order = g.topo_order()
-    group_of: dict[int, int] = {}
-    members: dict[int, list[int]] = {}
-    kind_of: dict[int, str] = {}
-
-    def producer(ref: Ref) -> int | None:
-        nid = ref[0]
-        while nid not in free:
-            n = g.nodes[nid]
-            if n.op in LEAVES or n.op == "opaque":
-                return None
-            if ops.OPS[n.op].kind != ops.VIEW:
-                return nid
-            nid = n.inputs[0][0]
-        return None
-
-    for nid in order:
-        n = g.nodes[nid]
-        if nid in free or n.op in LEAVES or n.op == "opaque" or ops.OPS[n.op].kind == ops.VIEW:
-            continue
-        kind = ops.OPS[n.op].kind
-        target = None
-        if kind in (ops.ELEMWISE, ops.INJECTIVE) and n.inputs:
-            for ref in n.inputs:
-                p = producer(ref)
-                if p is None or p not in group_of or len(set(users[p])) != 1:
-                    continue
-                gkind = kind_of[group_of[p]]
-                if kind == ops.ELEMWISE or gkind in (ops.ELEMWISE, ops.INJECTIVE):
-                    target = group_of[p]
-                    break
-        if target is None:
-            target = nid
-            members[nid] = []
-            kind_of[nid] = kind
-        group_of[nid] = target
-        members[target].append(nid)
-
-    result = []
     outside = set(g.outputs)
-    for head in sorted(members):
-        ids = members[head]
+    result = []
+    for group in groups(g):
+        ids = [nid for nid in group.members if g.nodes[nid].op != "opaque"]
+        if not group.launches or not ids:
+            continue
         local = {nid: k for k, nid in enumerate(ids)}
         body = []
         for nid in ids:

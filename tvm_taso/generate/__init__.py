@@ -5,14 +5,16 @@
 
 1. **Enumerate** every graph of up to ``max_ops`` operators over TASO's operator set mapped to
    Relax ops (conv2d 1x1/3x3/1x3/3x1 with and without a fused relu, matmul, add, multiply,
-   scalar multiply, relu, concat and split on axes 0/1, transpose, avg/max pool 3x3, enlarge)
+   scalar multiply, relu, concat and split on axes 0/1, transpose, avg/max pool 3x3, enlarge,
+   and conv2d 1x1/3x3 with two groups on operands a concat made of two halves)
    on a few small input tensors of *symbolic* sizes (two domains: matrices ``n x k`` / ``k x k``
    and NCHW activations with OIHW kernels), plus TASO's constants (identity matrix, identity
    conv kernel, ones, pooling kernel). Shapes are checked symbolically (every size is a linear
    expression of the symbols), so no two sizes agree by accident. Like TASO, a split only cuts a
    tensor at a boundary that a concat made (the cut point is tracked through the ops).
 2. **Fingerprint** each graph's outputs (every output no op of the graph consumes; one or two
-   of them) with exact integer arithmetic modulo the prime ``P`` (ReLU replaced by TASO's
+   of them; a graph is connected, or two ops of one template on disjoint inputs, as TASO
+   records them: the source of ``relu(a), relu(b) => split(relu(concat(a, b)))``) with exact integer arithmetic modulo the prime ``P`` (ReLU replaced by TASO's
    polynomial ``x(x+1)+1``, average pooling as a window sum times the modular inverse of the
    window count, max pooling as the max of residues), group graphs with equal fingerprints and
    pair each with the smallest graph of its group (TASO's pairing), then **confirm** every pair

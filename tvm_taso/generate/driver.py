@@ -160,7 +160,7 @@ def generate(cfg: GenConfig | None = None, log=None) -> GenResult:
         # -- 1. enumerate ---------------------------------------------------------------------
         buckets, truncated = _enumerate(runner, cfg, doms, t0, stats)
         log(f"enumerated {stats['graphs enumerated']} graphs "
-            f"({stats['graphs fingerprinted (1-2 outputs, connected)']} fingerprinted) in "
+            f"({stats['graphs fingerprinted (1-2 outputs, connected or a parallel pair)']} fingerprinted) in "
             f"{time.monotonic() - t0:.1f} s" + (" -- stopped at the time limit" if truncated else ""))
 
         # -- 2. candidate pairs and TASO's structural pruning --------------------------------
@@ -233,7 +233,7 @@ def _enumerate(runner: _Runner, cfg: GenConfig, doms: dict, t0: float, stats: di
         for key, g in leaf_graphs(d, EnumConfig(cfg.max_ops, cfg.groups, cfg.seed)):
             buckets[(name, key)].append((g.ops, g.outs, g.hashes, False))
     stats["graphs enumerated"] = nodes
-    stats["graphs fingerprinted (1-2 outputs, connected)"] = graphs
+    stats["graphs fingerprinted (1-2 outputs, connected or a parallel pair)"] = graphs
     return buckets, truncated
 
 

@@ -19,6 +19,8 @@ from tvm_taso.generate.fingerprint import P, evaluate_mod_p, fingerprint
 from tvm_taso.generate.search_space import (
     ALL_GROUPS,
     ENLARGE_PAD,
+    GCONV_GROUPS,
+    SIZE_BASE,
     TEMPLATES,
     Domain,
     OpTemplate,
@@ -130,6 +132,28 @@ def _same_parts(a, b):
     return a if a == b else None
 
 
+def half_cut(pieces) -> int | None:
+    """How many of the concat ``pieces`` (``(code, size)``) make up exactly half of the whole
+    (the cut a two-group conv needs there), or None."""
+    if pieces is None:
+        return None
+    total, acc = sum(p[0] for p in pieces), 0
+    for k, p in enumerate(pieces[:-1]):
+        acc += p[0]
+        if GCONV_GROUPS * acc == total:
+            return k + 1
+    return None
+
+
+def _even(code: int) -> bool:
+    """Whether a size code is a multiple of the group count in every symbol (not just here)."""
+    while code:
+        if code % SIZE_BASE % GCONV_GROUPS:
+            return False
+        code //= SIZE_BASE
+    return True
+
+
 def _check(t: OpTemplate, ins: list[Tensor]):
     """Symbolic shape check: (dims, parts, role, split point) of the output(s), or None."""
     if t.kind == "matmul":
@@ -147,6 +171,14 @@ def _check(t: OpTemplate, ins: list[Tensor]):
         if t.kind == "conv" and x.dims[1] != w.dims[1]:
             return None
         if t.kind == "dwconv" and (w.dims[1] != 1 or w.dims[0] != x.dims[1]):
+            return None
+        return [((x.dims[0], w.dims[0], x.dims[2], x.dims[3]), (x.parts[0], w.parts[0], None, None), "act")], None
+    if t.kind == "gconv":
+        # the groups must be the halves a concat made, on the input channels and on the kernels
+        x, w = ins
+        if x.role != "act" or w.role != "weight" or len(x.dims) != 4 or len(w.dims) != 4 or w.dims[2:] != t.kernel:
+            return None
+        if x.dims[1] != GCONV_GROUPS * w.dims[1] or half_cut(x.parts[1]) is None or half_cut(w.parts[0]) is None:
             return None
         return [((x.dims[0], w.dims[0], x.dims[2], x.dims[3]), (x.parts[0], w.parts[0], None, None), "act")], None
     if t.kind == "pool":
@@ -216,6 +248,9 @@ def _input_choices(t: OpTemplate, pool: list[Tensor], index: dict):
         return [(i, j) for i in index["rank", 2] for j in index["d0", pool[i].dims[1]] if i != j]
     if t.kind in ("conv", "dwconv"):
         return [(i, j) for i in index["act4"] for j in index["w", pool[i].dims[1] if t.kind == "conv" else 1, t.kernel]]
+    if t.kind == "gconv":
+        return [(i, j) for i in index["act4"] if _even(pool[i].dims[1])
+                for j in index["w", pool[i].dims[1] // GCONV_GROUPS, t.kernel]]
     if t.kind in ("add", "mul"):  # commutative: one order (TASO)
         out = []
         for group in index["same"].values():
@@ -274,6 +309,7 @@ class EnumConfig:
     groups: tuple = ALL_GROUPS
     seed: int = 0
     max_outputs: int = 2
+    parallel: bool = True  # also record two ops of one template on disjoint inputs (TASO does)
 
 
 class Enumerator:
@@ -354,7 +390,7 @@ class Enumerator:
         nb = len(self.base)
         dangling = self.dangling + len(outs) - len({i for i in ins if i >= nb and self.uses[i] == 0})
         left = self.cfg.max_ops - len(self.ops) - 1
-        recordable = 1 <= dangling <= self.cfg.max_outputs and len(comps) == 1
+        recordable = 1 <= dangling <= self.cfg.max_outputs and (len(comps) == 1 or self._parallel(ti, len(outs), comps))
         extendable = left > 0 and len(comps) - 1 <= left and dangling - left <= self.cfg.max_outputs
         if not (recordable or extendable):
             return
@@ -410,13 +446,23 @@ class Enumerator:
         if extendable and not dup and not self.stopped:
             self._expand()
 
+    def _parallel(self, ti: int, n_outs: int, comps: list) -> bool:
+        """Whether the graph with op ``ti`` added is two ops of one template on disjoint
+        inputs, one output each: the source of a rule like ``relu(a), relu(b) =>
+        split(relu(concat(a, b)))``, whose outputs share no input (the only disconnected
+        graphs recorded, so that a matcher looks at pairs of same-op nodes only)."""
+        return (self.cfg.parallel and len(comps) == 2 and len(self.ops) == 1 and self.ops[0][0] == ti
+                and n_outs == 1 and len(self.ops[0][2]) == 1)
+
     def _expand(self) -> None:
         index = _index(self.pool)
-        # the last op must join every component (a recorded graph is connected)
+        # the last op must join every component (a recorded graph is connected, or a parallel pair)
         comps = self.comps if len(self.ops) + 1 == self.cfg.max_ops else ()
         for ti, t in enumerate(self.templates):
             for ins in _input_choices(t, self.pool, index):
-                if comps and not all(any(i in c for i in ins) for c in comps):
+                if comps and not all(any(i in c for i in ins) for c in comps) and not (
+                    len(self.ops) == 1 and self.ops[0][0] == ti and self.cfg.parallel
+                ):
                     continue
                 if self.stopped:
                     return

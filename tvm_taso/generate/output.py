@@ -11,7 +11,7 @@ import numpy as np
 
 from tvm_taso.generate.checks import engine_check, engine_instance
 from tvm_taso.generate.enumerate_graphs import Pair, SmallGraph
-from tvm_taso.generate.search_space import ENLARGE_PAD, ROLE_PREFIX, SAME_PAD, TEMPLATES, Domain
+from tvm_taso.generate.search_space import ENLARGE_PAD, GCONV_GROUPS, ROLE_PREFIX, SAME_PAD, TEMPLATES, Domain
 from tvm_taso.generate.shapes import LinExpr, Shapes, pair_shapes
 from tvm_taso.rewrite.rule import parse_rule
 
@@ -101,6 +101,8 @@ class Printer:
             s = f"(conv2d {args} :padding {_fmt_tuple(SAME_PAD[t.kernel])})"
             if t.relu:
                 s = f"(relu {s})"
+        elif t.kind == "gconv":
+            s = f"(conv2d {args} :padding {_fmt_tuple(SAME_PAD[t.kernel])} :groups {GCONV_GROUPS})"
         elif t.kind == "dwconv":
             raise Inexpressible("depthwise conv with TASO's pooling constant")
         elif t.kind == "pool":
@@ -172,6 +174,7 @@ class Printer:
 
 # A rule's family (its name's middle part): (name, test on the op kinds and the output count)
 FAMILIES = [
+    ("group-conv", lambda k, n: "gconv" in k),
     ("enlarge", lambda k, n: "enlarge" in k),
     ("merge-matmul", lambda k, n: n == 2 and "matmul" in k and "split" in k),
     ("merge-conv", lambda k, n: n == 2 and "conv" in k and "split" in k),
@@ -219,7 +222,7 @@ def _direct_rank4(g: SmallGraph) -> set:
     out = set()
     for tname, refs in g.ops:
         kind = TEMPLATES[tname].kind
-        if kind in ("conv", "pool"):
+        if kind in ("conv", "gconv", "pool"):
             out |= {r[1] for r in refs if r[0] == "L"}
     return out
 

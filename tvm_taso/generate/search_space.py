@@ -15,6 +15,8 @@ SIZE_BASE = 1 << 12  # base of the symbolic size codes used while enumerating
 SAME_PAD = {(1, 1): (0, 0, 0, 0), (3, 3): (1, 1, 1, 1), (1, 3): (0, 1, 0, 1), (3, 1): (1, 0, 1, 0)}
 ENLARGE_PAD = {(1, 1): (0, 0, 0, 0, 1, 1, 1, 1), (1, 3): (0, 0, 0, 0, 1, 1, 0, 0), (3, 1): (0, 0, 0, 0, 0, 0, 1, 1)}
 
+GCONV_GROUPS = 2  # the group count of the grouped-conv templates
+
 ROLE_PREFIX = {"act": "x", "weight": "w", "scalar": "s"}  # how leaves of each role are named
 
 
@@ -126,7 +128,7 @@ class OpTemplate:
     computes; ``group`` is the name ``--ops`` selects it by."""
 
     name: str
-    kind: str  # matmul conv dwconv pool relu add mul smul concat split transpose enlarge
+    kind: str  # matmul conv gconv dwconv pool relu add mul smul concat split transpose enlarge
     group: str
     arity: int
     kernel: tuple = ()  # conv kernel (kh, kw)
@@ -143,6 +145,10 @@ def templates(domains_used: set[str], groups: set[str]) -> list[OpTemplate]:
         for r in (False, True):
             ts.append(OpTemplate(f"conv{k[0]}x{k[1]}{'r' if r else ''}", "conv", "conv2d", 2, kernel=k, relu=r,
                                  domain="conv"))
+    # a conv with two groups, on operands a concat made of two halves (the concat/grouped-conv
+    # family: concat(conv(x1, w1), conv(x2, w2)) = conv(concat(x1, x2), concat(w1, w2), groups=2))
+    for k in ((1, 1), (3, 3)):
+        ts.append(OpTemplate(f"gconv{k[0]}x{k[1]}", "gconv", "conv2d", 2, kernel=k, domain="conv"))
     ts.append(OpTemplate("dwconv3x3", "dwconv", "const", 2, kernel=(3, 3), domain="conv"))
     ts += [
         OpTemplate("avgpool", "pool", "pool", 1, pool="avg", domain="conv"),
@@ -180,6 +186,8 @@ def relax_steps(t: OpTemplate, shape: tuple, split_at: int | None = None) -> lis
         steps = [("matmul", {})]
     elif t.kind == "conv":
         steps = [("conv2d", {"padding": SAME_PAD[t.kernel]})] + ([("relu", {})] if t.relu else [])
+    elif t.kind == "gconv":
+        steps = [("conv2d", {"padding": SAME_PAD[t.kernel], "groups": GCONV_GROUPS})]
     elif t.kind == "dwconv":
         steps = [("conv2d", {"padding": SAME_PAD[t.kernel], "groups": shape[1]})]
     elif t.kind == "pool":

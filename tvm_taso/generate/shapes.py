@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from tvm_taso.generate.enumerate_graphs import Pair
+from tvm_taso.generate.enumerate_graphs import Pair, half_cut
 from tvm_taso.generate.search_space import ENLARGE_PAD, SAME_PAD, TEMPLATES, Domain
 
 
@@ -79,6 +79,21 @@ class Shapes:
     rank4: set = field(default_factory=set)  # leaves read directly by conv2d/pool (rank implied)
 
 
+def _halves(pieces, code) -> LinExpr:
+    """first half - second half of a two-group conv's operand cut into concat ``pieces``
+    (LinExprs; ``code`` gives their size codes)."""
+    cut = half_cut([(code(p), 0) for p in pieces]) if pieces is not None else None
+    if cut is None:
+        raise ValueError("a grouped conv's operand is not two halves")
+    left, right = LinExpr.lit(0), LinExpr.lit(0)
+    for k, p in enumerate(pieces):
+        if k < cut:
+            left = left + p
+        else:
+            right = right + p
+    return left - right
+
+
 def walk(domain: Domain, ops_: tuple, codes: dict, sh: Shapes | None = None, tag: str = "") -> Shapes:
     """Symbolic shapes of a graph (``tag`` keeps two graphs' refs apart in one :class:`Shapes`)."""
     sh = sh or Shapes()
@@ -123,6 +138,18 @@ def walk(domain: Domain, ops_: tuple, codes: dict, sh: Shapes | None = None, tag
                 sh.needed.append(w[1] - 1)
                 sh.needed.append(w[0] - x[1])
             sh.needed += [w[2] - kh, w[3] - kw]
+            outs.append(((x[0], w[0], x[2] + (pt + pb + 1) - w[2], x[3] + (pl + pr + 1) - w[3]),
+                         (pp[0][0], pp[1][0], None, None)))
+            for r in refs:
+                if r[0] == "L":
+                    sh.rank4.add(r[1])
+        elif t.kind == "gconv":
+            x, w = d
+            # two groups: input channels twice the kernel's, and both operands cut in halves by
+            # the concat that made them (equal halves, a condition the engine does not check)
+            sh.strict.append(x[1] - (w[1] + w[1]))
+            sh.needed += [w[2] - t.kernel[0], w[3] - t.kernel[1], _halves(pp[0][1], code), _halves(pp[1][0], code)]
+            pt, pl, pb, pr = SAME_PAD[t.kernel]
             outs.append(((x[0], w[0], x[2] + (pt + pb + 1) - w[2], x[3] + (pl + pr + 1) - w[3]),
                          (pp[0][0], pp[1][0], None, None)))
             for r in refs:

@@ -1,9 +1,12 @@
-"""``load_onnx``: an ONNX model to a Relax IRModule through TVM's ONNX frontend, with every way
-an input can be unusable turned into one clear :class:`InputError` before TVM sees it."""
+"""Reading ONNX input: ``read_model`` (a path or proto, every way a file can be unusable one
+clear :class:`InputError`), the sizes of symbolic dimensions (``bind_dims``), and
+``import_relax``, the model as a Relax IRModule through TVM's ONNX frontend."""
 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -16,22 +19,61 @@ class InputError(ValueError):
     """A model or argument tvm-taso cannot use; the message says what and how to fix it."""
 
 
+MAX_MODEL_BYTES = 2**31  # protobuf's limit for one message (larger weights live in external data)
+_warned_opsets: set[tuple[str, int]] = set()  # (model, opset) already warned about, once per run
+
+
 def read_model(model, name: str | None = None) -> tuple[onnx.ModelProto, str]:
-    """(ModelProto, a name for messages) from a path or a ModelProto."""
+    """(ModelProto, a name for messages) from a path or a ModelProto.
+
+    A path must name a regular file (a device such as ``/dev/zero``, a FIFO or a socket would be
+    read forever or block) of at most :data:`MAX_MODEL_BYTES`; external data files beside it are
+    loaded. An opset newer than the installed ``onnx`` knows is said in one warning.
+    """
     if isinstance(model, onnx.ModelProto):
-        return model, name or model.graph.name or "<model>"
-    path = Path(model)
+        proto, name = model, name or model.graph.name or "<model>"
+    else:
+        path = Path(model)
+        data = _read_regular_file(path)
+        try:
+            proto = onnx.load_model_from_string(data)
+            onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+        except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
+            raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
+        if not proto.graph.node and not proto.graph.output:
+            raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
+        name = str(path)
+    known = onnx.defs.onnx_opset_version()
+    for opset in proto.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > known and (name, opset.version) not in _warned_opsets:
+            _warned_opsets.add((name, opset.version))
+            log.warning("%s: opset %d is newer than the installed onnx package knows (%d): ops whose meaning "
+                        "changed after opset %d may be imported wrongly; upgrade onnx, or check the result "
+                        "with --check", name, opset.version, known, known)
+    return proto, name
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path``, refusing (InputError) anything but a regular file of bounded size."""
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not an ONNX file")
     try:
-        proto = onnx.load(str(path))
-    except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
-        raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
-    if not proto.graph.node and not proto.graph.output:
-        raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
-    return proto, str(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except OSError as err:
+        raise InputError(f"{path}: cannot open: {err.strerror or err}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: not a regular file (a device, FIFO or socket); give an ONNX file")
+        if st.st_size > MAX_MODEL_BYTES:
+            raise InputError(f"{path}: {st.st_size} bytes, over the 2 GiB an ONNX file can hold "
+                             "(keep large weights as external data)")
+        data = f.read(MAX_MODEL_BYTES + 1)
+    if len(data) > MAX_MODEL_BYTES:
+        raise InputError(f"{path}: grew past the 2 GiB an ONNX file can hold while being read")
+    return data
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -48,41 +90,89 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def input_shapes(proto: onnx.ModelProto, name: str, shapes: dict | None = None) -> dict[str, tuple[int, ...]]:
-    """Static shapes of the graph's real inputs (initializers excluded), with ``shapes``
-    overriding; InputError naming any input left with a dynamic dimension."""
+def _symbol(inp, axis: int, dim) -> str:
+    """The name a dynamic dimension is bound by: its ``dim_param``, else ``input[axis]``."""
+    return dim.dim_param or f"{inp.name}[{axis}]"
+
+
+def bind_dims(proto: onnx.ModelProto, name: str, shapes: dict | None = None, default=None) -> dict[str, int]:
+    """Sizes of the symbolic dimensions of the graph's real inputs (initializers excluded):
+    ``{dim_param (or "input[axis]"): size}`` read from ``shapes`` (``{input name: shape}``).
+
+    A dimension ``shapes`` leaves unbound gets ``default(symbol, axis)``; with ``default=None`` it is an
+    InputError that names the input and shows a ``--shape`` to give. An unknown input name, a
+    shape of the wrong rank, one that contradicts a static dimension, or two shapes giving one
+    symbol different sizes are InputErrors too.
+    """
     shapes = dict(shapes or {})
-    inits = {i.name for i in proto.graph.initializer}
-    real = [i for i in proto.graph.input if i.name not in inits]
+    real = real_inputs(proto)
     unknown = set(shapes) - {i.name for i in real}
     if unknown:
         raise InputError(
             f"{name}: no input named {', '.join(sorted(unknown))} (inputs: {', '.join(i.name for i in real)})"
         )
-    result = {}
+    bound: dict[str, int] = {}
+    unbound: list = []
     for inp in real:
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
-                for d in inp.type.tensor_type.shape.dim]
+        dims = list(inp.type.tensor_type.shape.dim)
+        shown = "x".join(str(d.dim_value) if _static(d) else (d.dim_param or "?") for d in dims)
+        if any(d.HasField("dim_value") and d.dim_value == 0 for d in dims):  # static but empty, not dynamic
+            shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
+            raise InputError(f"{name}: input {inp.name!r} has a zero-size dimension ({shown}): an empty "
+                             "tensor leaves nothing to optimize; export the model with non-empty inputs")
         if inp.name in shapes:
             given = tuple(shapes[inp.name])
-            if len(given) != len(dims) or any(isinstance(d, int) and d != g for d, g in zip(dims, given)):
-                shown = "x".join(str(d) for d in dims)
+            if len(given) != len(dims) or any(_static(d) and d.dim_value != g for d, g in zip(dims, given)):
                 raise InputError(f"{name}: input {inp.name!r} has shape {shown}; --shape gave {'x'.join(map(str, given))}")
-            result[inp.name] = given
-        elif all(isinstance(d, int) for d in dims):
-            result[inp.name] = tuple(dims)
-        else:
-            shown = "x".join(str(d) for d in dims)
-            example = "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
+            for axis, (d, g) in enumerate(zip(dims, given)):
+                if not _static(d):
+                    symbol = _symbol(inp, axis, d)
+                    if bound.setdefault(symbol, g) != g:
+                        raise InputError(f"{name}: --shape gives dimension {symbol!r} two sizes ({bound[symbol]} and {g})")
+            continue
+        for axis, d in enumerate(dims):
+            if not _static(d):
+                unbound.append((inp, axis, d, shown))
+    for inp, axis, d, shown in unbound:
+        symbol = _symbol(inp, axis, d)
+        if symbol in bound:
+            continue
+        if default is None:
+            example = "x".join(str(x.dim_value) if _static(x) else "1" for x in inp.type.tensor_type.shape.dim)
             raise InputError(
                 f"{name}: input {inp.name!r} has dynamic dimensions ({shown}); give a static shape, "
                 f"e.g. --shape {inp.name}={example}"
             )
+        bound[symbol] = default(symbol, axis)
+    return bound
+
+
+def _static(dim) -> bool:
+    return dim.HasField("dim_value") and dim.dim_value > 0
+
+
+def real_inputs(proto: onnx.ModelProto) -> list:
+    """The graph inputs a caller feeds: those without an initializer of the same name."""
+    inits = {i.name for i in proto.graph.initializer}
+    return [i for i in proto.graph.input if i.name not in inits]
+
+
+def input_shapes(proto: onnx.ModelProto, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """Static shapes of the real inputs with the symbolic dimensions at the sizes ``dims``."""
+    result = {}
+    for inp in real_inputs(proto):
+        if not inp.type.HasField("tensor_type"):
+            continue
+        result[inp.name] = tuple(
+            d.dim_value if _static(d) else dims[_symbol(inp, axis, d)]
+            for axis, d in enumerate(inp.type.tensor_type.shape.dim)
+        )
     return result
 
 
-def load_onnx(model, shapes: dict | None = None, keep_params_in_input: bool = False, name: str | None = None):
-    """Import an ONNX model (path or ModelProto) as a Relax IRModule.
+def import_relax(model, shapes: dict | None = None, keep_params_in_input: bool = False, name: str | None = None):
+    """Import an ONNX model (path or ModelProto) as a Relax IRModule through TVM's ONNX frontend
+    (the TVM path: ``tvm-taso compile``, ``bench``; :func:`tvm_taso.load_onnx` keeps the model as ONNX).
 
     Parameters
     ----------
@@ -109,7 +199,7 @@ def load_onnx(model, shapes: dict | None = None, keep_params_in_input: bool = Fa
             where = f"node {node.name!r}" if node.name else f"a node with outputs {list(node.output)}"
             domain = f" (domain {node.domain})" if node.domain not in ("", "ai.onnx") else ""
             raise InputError(f"{name}: ONNX op {node.op_type}{domain} at {where} cannot be imported by TVM's ONNX frontend")
-    shape_dict = {k: list(v) for k, v in input_shapes(proto, name, shapes).items()}
+    shape_dict = {k: list(v) for k, v in input_shapes(proto, bind_dims(proto, name, shapes)).items()}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -252,13 +252,8 @@ def fold_constants(graph: Graph) -> int:
         inputs = [mapping.get(r, r) for r in n.inputs]
         if not all(r in values for r in inputs):
             continue
-        # arithmetic in float64 so that folding adds no rounding; data movement needs no copy
-        moves_data = ops.OPS[n.op].kind in (ops.INJECTIVE, ops.VIEW)
-        try:
-            outs = ops.evaluate(
-                n.op, [values[r] if moves_data else values[r].astype(np.float64) for r in inputs], n.attr
-            )
-        except OpError:
+        outs = _fold(n, [values[r] for r in inputs])
+        if outs is None:
             continue
         folded += 1
         for i, (arr, ty) in enumerate(zip(outs, n.types)):
@@ -269,3 +264,32 @@ def fold_constants(graph: Graph) -> int:
     graph.replace_uses(mapping)
     graph.prune()
     return folded
+
+
+# Integer ops folded in their own dtype, where numpy's arithmetic wraps around as the compiled
+# kernel does; other integer ops (divisions, pooling, reductions...) are left unfolded.
+_INTEGER_FOLDS = ("add", "subtract", "multiply", "matmul", "relu")
+
+
+def _fold(n: Node, args: list) -> list | None:
+    """The values of ``n`` on constant ``args``, or None when it is not folded. Float arithmetic
+    runs in float64 (folding adds no rounding); integer and bool arithmetic in the values' own
+    dtype, with the runtime's wrap-around; data movement needs no copy."""
+    moves_data = ops.OPS[n.op].kind in (ops.INJECTIVE, ops.VIEW)
+    exact = [t is not None and np.dtype(t.dtype).kind in "iub" for t in n.types]
+    exact += [np.asarray(a).dtype.kind in "iub" for a in args]
+    try:
+        if moves_data:
+            return ops.evaluate(n.op, args, n.attr)
+        if not any(exact):
+            return ops.evaluate(n.op, [a.astype(np.float64) for a in args], n.attr)
+        if n.op not in _INTEGER_FOLDS:
+            return None
+        with np.errstate(over="ignore"):
+            outs = ops.evaluate(n.op, args, n.attr)
+    except OpError:
+        return None
+    # only when numpy computed in the output's own dtype (no promotion to float or wider ints)
+    if any(np.asarray(o).dtype != np.dtype(t.dtype) for o, t in zip(outs, n.types)):
+        return None
+    return outs

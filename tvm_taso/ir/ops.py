@@ -16,6 +16,8 @@ from typing import Callable
 
 import numpy as np
 
+from tvm_taso.ir import group_merge
+
 # Kinds, in the order of TVM's OpPatternKind: what FuseOps may fold into what.
 ELEMWISE = "elemwise"  # fuses into its producer's kernel
 INJECTIVE = "injective"  # concat/split/transpose: a kernel unless fused with elementwise neighbours
@@ -471,6 +473,14 @@ def _pad_eval(arrays, attrs):
     return [np.pad(x, [(pw[2 * i], pw[2 * i + 1]) for i in range(x.ndim)], constant_values=attrs["pad_value"])]
 
 
+def _merge_groups_infer(types, attrs):
+    (w,) = types
+    try:
+        return [TensorType(group_merge.merged_shape(w.shape, attrs["groups"], attrs["factor"]), w.dtype)]
+    except ValueError as err:
+        raise OpError(str(err)) from None
+
+
 def _spec(name, relax_name, kind, **kw) -> OpSpec:
     return OpSpec(name=name, relax_name=relax_name, kind=kind, **kw)
 
@@ -544,6 +554,18 @@ OPS: dict[str, OpSpec] = {
                     "data_layout": FIXED, "kernel_layout": FIXED, "out_layout": FIXED, "out_dtype": FIXED,
                 },
             ),
+        ),
+        _spec(
+            # a weight transform of the search's own (TASO's merge_gconv): folded to a constant
+            # after the search, never read from Relax (no Relax op carries its name)
+            "merge_groups",
+            "tvm_taso.merge_groups",
+            INJECTIVE,
+            build=lambda a, at: group_merge.build(a[0], at["groups"], at["factor"]),
+            infer=_merge_groups_infer,
+            evaluate=lambda a, at: [group_merge.merge(a[0], at["groups"], at["factor"])],
+            required=frozenset({"groups", "factor"}),
+            algebra=AlgebraOp("merge_groups", {"groups": "Int", "factor": "Int"}),
         ),
         _spec(
             "max_pool2d",

@@ -19,6 +19,21 @@ from tvm_taso.ir.graph import Graph, Ref
 from tvm_taso.ir.ops import OpError
 
 
+# Functions already lowered (``Primitive``), pattern-matched for an external codegen
+# (``Composite``) or handed to one (``Codegen``, BYOC partitions): not ours to rewrite, as for
+# TVM's own passes.
+FOREIGN_ATTRS = ("Primitive", "Composite", "Codegen")
+
+
+def foreign_function(func) -> str | None:
+    """The attribute that makes ``func`` off limits to rewriting (see :data:`FOREIGN_ATTRS`),
+    or None."""
+    attrs = getattr(func, "attrs", None)
+    if attrs is None:
+        return None
+    return next((key for key in FOREIGN_ATTRS if key in attrs), None)
+
+
 class BlockGraph:
     """A dataflow block as a graph, plus what is needed to write it back."""
 

@@ -16,7 +16,9 @@ the other.
   variables are bound from the calls' attributes and every attribute checked, with
   :func:`~tvm_taso.rewrite.match.match_attributes`. A multi-root rule joins its roots'
   matches on the tensor variables they share (the sibling matmuls of one ``?x``: a use-def
-  lookup), on distinct bindings. The rule's conditions are evaluated last.
+  lookup), on distinct bindings; a root that shares no variable with those before it (``(relu
+  ?a), (relu ?b)``) takes the matches independent of theirs. The rule's conditions are
+  evaluated last.
 - :meth:`Sites.rewrite` rewrites one site: single-root rules with ``rewrite_call``; multi-root
   rules with ``rewrite_bindings``, which matches only variables (0.27: constant weights, or a
   dataflow variable given with ``is_expr``, never match). Constants are therefore lifted to
@@ -25,9 +27,9 @@ the other.
   whose operands do not single it out this way raises ``LookupError``.
 
 Limits: a site is a binding (a multi-output root needs the binding of the whole value, a
-``(get ...)`` root its ``TupleGetItem`` binding), so an unused output is no root, and two
-identical bindings are two DPL sites where the matcher's hash-consed graph has one; blocks the
-bridge cannot read (``match_cast``) have no sites.
+``(get ...)`` root its ``TupleGetItem`` binding), so an unused output is no root; of two
+identical bindings (one node of the matcher's hash-consed graph) the first is the site; blocks
+the bridge cannot read (``match_cast``) have no sites.
 """
 
 from __future__ import annotations
@@ -53,7 +55,15 @@ from tvm.relax.dpl import (
 
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import Graph
-from tvm_taso.rewrite.match import Match, conditions_hold, evaluate_attr, match_attributes, same_value
+from tvm_taso.rewrite.match import (
+    Match,
+    conditions_hold,
+    evaluate_attr,
+    independent,
+    match_attributes,
+    same_value,
+    unlinked_roots,
+)
 from tvm_taso.ir.ops import OpError
 from tvm_taso.ir.relax_bridge import BlockGraph
 from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
@@ -200,16 +210,26 @@ class Sites:
         if any(ops.OPS[op].relax_name not in self.called for op in rule.root_ops):
             return []
         per_root = [self._root_matches(root, compiler) for root, compiler in zip(rule.src, patterns.roots)]
+        unlinked = unlinked_roots(rule)
         found = []
         for combo in _joined(per_root):
+            graph = combo[0].block.graph
+            # a root that shares no variable with those before it (parallel ops) is a site
+            # only where it is independent of them, as in the matcher
+            nodes = tuple(m.node for m in combo)
+            if any(unlinked[k] and not independent(graph, nodes[k], nodes[:k]) for k in range(len(nodes))):
+                continue
             env = {}
             for m in combo:
                 env.update(m.env)
-            graph = combo[0].block.graph
             if conditions_hold(rule, env, graph):
                 match = Match(rule, tuple(m.node for m in combo), tuple(sorted(env.items(), key=lambda kv: kv[0])))
                 found.append(Site(tuple(m.var for m in combo), tuple(m.value for m in combo), match, graph))
-        return sorted(found, key=lambda s: [self.position[v] for v in s.vars])
+        # two identical bindings are one node of the block's hash-consed graph: one site
+        unique = {}
+        for site in sorted(found, key=lambda s: [self.position[v] for v in s.vars]):
+            unique.setdefault((site.match.roots, site.match.env), site)
+        return list(unique.values())
 
     def _root_matches(self, root, compiler: _Compiler) -> list[_RootMatch]:
         """Every binding where DPL matches the source root ``root`` alone, its attributes
@@ -262,11 +282,37 @@ class Sites:
         if not is_root and not isinstance(p, Get) and len(node.types) != 1:
             return None
         env = match_attributes(call, node.attr, env)
+        before = env
         for arg in call.args:
             if env is None:
                 return None
             env = self._read(arg, matchings, compiler, bg, env)
-        return env
+        if env is None:
+            return None
+        return self._in_graph_order(call, node, before, env, matchings, compiler, bg)
+
+    def _in_graph_order(self, call: Op, node, before: dict, env: dict, matchings, compiler, bg: BlockGraph):
+        """``env`` with ``call``'s operands bound in the order the matcher reads them (the
+        graph node's), or None when the matcher would not match there. DPL matches add and
+        multiply either way round, and the graph puts a constant operand second: where DPL's
+        order is the node's reversed and both operands are variables bound here, they are
+        bound again in the node's order; a reversed nested operand is no site of the matcher."""
+        got = [self._operand_ref(a, matchings, compiler, bg, env) for a in call.args]
+        if got == list(node.inputs):
+            return env
+        if len(got) != 2 or got[::-1] != list(node.inputs):
+            return None
+        x, y = call.args
+        if not (isinstance(x, Var) and isinstance(y, Var)) or x.name in before or y.name in before:
+            return None
+        return {**env, x.name: node.inputs[0], y.name: node.inputs[1]}
+
+    def _operand_ref(self, p, matchings, compiler, bg: BlockGraph, env: dict):
+        """The graph value a pattern operand matched (read by :meth:`_read` before)."""
+        if isinstance(p, Var):
+            return env[p.name]
+        ref = self._ref(matchings[compiler.memo[p.expr if isinstance(p, Get) else p]], bg)
+        return (ref[0], p.index) if isinstance(p, Get) else ref
 
     def rewrite(self, site: Site) -> relax.Function:
         """The function with the site's rule applied at ``site`` (one of :meth:`of`'s); raises

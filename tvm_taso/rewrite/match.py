@@ -197,6 +197,7 @@ def find_matches(g: Graph, rule: Rule, by_op: dict[str, list[int]] | None = None
     if by_op is None:
         by_op = index_by_op(g)
     roots = rule.src
+    unlinked = unlinked_roots(rule)
 
     def extend(k: int, chosen: tuple[int, ...], env: dict):
         if k == len(roots):
@@ -206,13 +207,57 @@ def find_matches(g: Graph, rule: Rule, by_op: dict[str, list[int]] | None = None
         pat = roots[k]
         op = pat.expr.op if isinstance(pat, Get) else pat.op
         for nid in by_op.get(op, ()):
-            if nid in chosen:
+            if nid in chosen or (unlinked[k] and not independent(g, nid, chosen)):
                 continue
             env2 = _match_root(pat, g, nid, env)
             if env2 is not None:
                 yield from extend(k + 1, chosen + (nid,), env2)
 
     yield from extend(0, (), {})
+
+
+def _tensor_vars(p) -> set:
+    if isinstance(p, Var):
+        return {p.name}
+    if isinstance(p, Get):
+        return _tensor_vars(p.expr)
+    if isinstance(p, Op):
+        return set().union(*(_tensor_vars(a) for a in p.args))
+    return set()
+
+
+def unlinked_roots(rule: Rule) -> tuple[bool, ...]:
+    """Per source root, whether it shares no tensor variable with the roots before it: the
+    second root of ``(relu ?a), (relu ?b)``, a pair of parallel ops. Such a root only takes
+    nodes independent of the roots chosen before (no path either way), so candidates are the
+    pairs of parallel same-op nodes of the graph (a search region), not every pair."""
+    seen: set = set()
+    out = []
+    for p in rule.src:
+        names = _tensor_vars(p)
+        out.append(bool(seen) and not names & seen)
+        seen |= names
+    return tuple(out)
+
+
+def independent(g: Graph, nid: int, chosen: tuple[int, ...]) -> bool:
+    """Whether no path joins node ``nid`` and any node of ``chosen``, in either direction."""
+    position, ancestors = g.derived("ancestors", _ancestors)
+    return all(not (ancestors[nid] >> position[c]) & 1 and not (ancestors[c] >> position[nid]) & 1 for c in chosen)
+
+
+def _ancestors(g: Graph) -> tuple[dict, dict]:
+    """(position of each node in topological order, each node's ancestors as a bit mask of
+    positions)."""
+    order = g.topo_order()
+    position = {nid: k for k, nid in enumerate(order)}
+    ancestors: dict[int, int] = {}
+    for nid in order:
+        mask = 0
+        for src, _ in g.nodes[nid].inputs:
+            mask |= ancestors[src] | (1 << position[src])
+        ancestors[nid] = mask
+    return position, ancestors
 
 
 def why_not(g: Graph, rule: Rule, nid: int | None = None) -> str | None:

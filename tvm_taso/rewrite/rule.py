@@ -15,6 +15,7 @@ the functions in :data:`FUNCTIONS`. The grammar and every function are documente
 from __future__ import annotations
 
 import importlib.resources
+import logging
 import math
 import re
 from dataclasses import dataclass, field
@@ -22,7 +23,10 @@ from pathlib import Path
 
 from tvm_taso.ir import ops
 
+log = logging.getLogger("tvm_taso")
+
 PROVENANCES = ("hand", "generated")
+MAX_DEPTH = 64  # nesting of parentheses and brackets a rule may have
 PROOFS = ("proved", "checked", "unverified")
 
 
@@ -82,6 +86,9 @@ class Rule:
     conds: tuple = ()
     where: str = ""  # file:line
     text: str = field(default="", repr=False)
+    # how the rule came to be trusted: "shipped" (the library), "proved" / "checked" (admitted by
+    # tvm_taso.verify.admit), "trusted" (as written, on request); "" not yet: the search admits it
+    established: str = field(default="", compare=False, repr=False)
 
     @property
     def root_ops(self) -> tuple[str, ...]:
@@ -152,6 +159,29 @@ class _Tok:
     col: int
 
 
+class _Atom(str):
+    """An atom of a raw S-expression, with where it starts."""
+
+    line = col = 0
+
+
+class _List(list):
+    """A parenthesised raw S-expression, with where it starts."""
+
+    line = col = 0
+
+
+class _Brackets(tuple):
+    """``[ ... ]`` as ``("[", items)``, with where it starts."""
+
+    line = col = 0
+
+
+def _at(obj, tok: _Tok):
+    obj.line, obj.col = tok.line, tok.col
+    return obj
+
+
 class _Reader:
     def __init__(self, text: str, where: str, line0: int):
         self.toks: list[_Tok] = []
@@ -181,38 +211,48 @@ class _Reader:
         if self.i >= len(self.toks) or (expected is not None and self.toks[self.i].text != expected):
             self.error(what or repr(expected))
         self.i += 1
-        return self.toks[self.i - 1].text
+        return _at(_Atom(self.toks[self.i - 1].text), self.toks[self.i - 1])
 
-    def sexpr(self):
+    def here(self) -> _Tok:
+        return self.toks[self.i] if self.i < len(self.toks) else self.last
+
+    def sexpr(self, depth: int = 0):
         """A raw S-expression: nested lists of atoms ([ ... ] becomes ('[', items))."""
         t = self.peek()
+        if t in ("(", "[") and depth >= MAX_DEPTH:
+            self.error(f"at most {MAX_DEPTH} levels of nesting")
         if t == "(":
+            start = self.here()
             self.take("(")
-            items = []
+            items = _at(_List(), start)
             while self.peek() != ")":
                 if self.peek() is None:
                     self.error("')'")
-                items.append(self.sexpr())
+                items.append(self.sexpr(depth + 1))
             self.take(")")
             return items
         if t == "[":
+            start = self.here()
             self.take("[")
             items = []
             while self.peek() != "]":
                 if self.peek() is None:
                     self.error("']'")
-                items.append(self.sexpr())
+                items.append(self.sexpr(depth + 1))
             self.take("]")
-            return ("[", items)
+            return _at(_Brackets(("[", items)), start)
         if t == ":":
+            start = self.here()
             self.take(":")
-            return ":" + self.take(what="an attribute name after ':'")
+            return _at(_Atom(":" + self.take(what="an attribute name after ':'")), start)
         if t is None or t in (")", "]", ",", "=>"):
             self.error("a pattern or value")
         return self.take()
 
 
 def _atom_value(text: str):
+    if not text.isascii():  # int() and float() would read non-ASCII digits
+        return _Symbol(text)
     if text in ("true", "false"):
         return text == "true"
     if text == "none":
@@ -239,21 +279,26 @@ class _Builder:
     def __init__(self, where: str, line: int):
         self.where = where
         self.line = line
+        self.col = 1
+        self.fresh = 0
+        self.lifted: list = []  # conditions made of source attribute expressions (see attr)
 
-    def fail(self, msg: str):
-        raise RuleSyntaxError(f"{self.where}:{self.line}: {msg}")
+    def fail(self, msg: str, at=None):
+        line, col = (at.line, at.col) if getattr(at, "line", 0) else (self.line, self.col)
+        raise RuleSyntaxError(f"{self.where}:{line}:{col}: {msg}")
 
     def tensor(self, sx, in_dst: bool):
         if isinstance(sx, str):
             if sx.startswith("?") and len(sx) > 1:
                 return Var(sx[1:])
-            self.fail(f"expected a tensor pattern '(op ...)' or '?var', got {sx!r}")
+            self.fail(f"expected a tensor pattern '(op ...)' or '?var', got {sx!r}", sx)
         if isinstance(sx, tuple) or not sx:
-            self.fail("expected a tensor pattern '(op ...)' or '?var'")
+            self.fail("expected a tensor pattern '(op ...)' or '?var'", sx)
         head = sx[0]
+        self.col, self.line = getattr(sx, "col", self.col) or self.col, getattr(sx, "line", self.line) or self.line
         if head == "get":
-            if len(sx) != 3 or not isinstance(sx[2], str) or not sx[2].isdigit():
-                self.fail("expected (get (OP ...) INDEX)")
+            if len(sx) != 3 or not isinstance(sx[2], str) or not re.fullmatch(r"[0-9]+", sx[2]):
+                self.fail("expected (get (OP ...) INDEX)", sx)
             inner = self.tensor(sx[1], in_dst)
             if not isinstance(inner, Op):
                 self.fail("(get ...) takes an op pattern")
@@ -267,7 +312,7 @@ class _Builder:
             return Scalar(self.attr(sx[1]), like)
         if not isinstance(head, str) or head not in ops.OPS:
             known = ", ".join(sorted(ops.OPS))
-            self.fail(f"unknown op {head!r} (known: {known})")
+            self.fail(f"unknown op {head!r} (known: {known})", head if isinstance(head, str) else sx)
         spec = ops.OPS[head]
         args, attrs = [], []
         rest = list(sx[1:])
@@ -275,8 +320,9 @@ class _Builder:
             item = rest.pop(0)
             if isinstance(item, str) and item.startswith(":"):
                 if not rest:
-                    self.fail(f"attribute {item} of {head} has no value")
-                attrs.append((item[1:], self.attr(rest.pop(0))))
+                    self.fail(f"attribute {item} of {head} has no value", item)
+                value = self.attr(rest.pop(0))
+                attrs.append((item[1:], value if in_dst else self._lift(value)))
             else:
                 if attrs:
                     self.fail(f"operand after attributes in ({head} ...)")
@@ -293,26 +339,39 @@ class _Builder:
                 self.fail(f"target ({head} ...) must give {', '.join(sorted(missing))}")
         return Op(head, tuple(args), tuple(attrs))
 
+    def _lift(self, x):
+        """A source attribute pattern with each function application replaced by a fresh
+        variable and a condition ``(= ?fresh (f ...))``: the matcher binds attributes before
+        the tensors the function may read, and checks conditions once everything is bound."""
+        if isinstance(x, Call):
+            self.fresh += 1
+            var = Var(f"attr {self.fresh}")  # a name no rule can spell
+            self.lifted.append(Call("=", (var, x)))
+            return var
+        if isinstance(x, Tup):
+            return Tup(tuple(self._lift(i) for i in x.items))
+        return x
+
     def attr(self, sx):
         if isinstance(sx, tuple):
             return Tup(tuple(self.attr(x) for x in sx[1]))
         if isinstance(sx, list):
             if not sx or not isinstance(sx[0], str):
-                self.fail("expected (function args ...)")
+                self.fail("expected (function args ...)", sx)
             fn = sx[0]
             if fn in TENSOR_FUNCTIONS:
                 args = (self.tensor(sx[1], False),) + tuple(self.attr(x) for x in sx[2:]) if len(sx) > 1 else ()
                 if not args or not isinstance(args[0], Var):
-                    self.fail(f"({fn} ?tensor ...) needs a tensor variable")
+                    self.fail(f"({fn} ?tensor ...) needs a tensor variable", sx)
                 return Call(fn, args)
             if fn not in FUNCTIONS:
-                self.fail(f"unknown function {fn!r} (known: {', '.join(sorted(FUNCTIONS) + list(TENSOR_FUNCTIONS))})")
+                self.fail(f"unknown function {fn!r} (known: {', '.join(sorted(FUNCTIONS) + list(TENSOR_FUNCTIONS))})", sx[0])
             return Call(fn, tuple(self.attr(x) for x in sx[1:]))
         if sx.startswith("?"):
             return Var(sx[1:])
         value = _atom_value(sx)
         if isinstance(value, _Symbol):
-            self.fail(f"expected a value, got {sx!r}")
+            self.fail(f"expected a value, got {sx!r}", sx)
         return value
 
 
@@ -369,16 +428,16 @@ def parse_rule(text: str, where: str = "<string>", line: int = 1) -> Rule:
     r = _Reader(text, where, line)
     b = _Builder(where, line)
     name = r.take(what="a rule name")
-    if not re.fullmatch(r"[A-Za-z][\w.-]*", name):
-        raise RuleSyntaxError(f"{where}:{line}: expected a rule name, got {name!r}")
+    if not re.fullmatch(r"[A-Za-z][\w.-]*", name, re.ASCII):
+        b.fail(f"expected a rule name (letters, digits, '_', '.', '-'), got {name!r}", name)
     r.take("[", "'[' and the rule's provenance")
     prov = r.take(what="a provenance")
     if prov not in PROVENANCES:
-        raise RuleSyntaxError(f"{where}:{line}: expected provenance {' or '.join(PROVENANCES)}, got {prov!r}")
+        b.fail(f"expected provenance {' or '.join(PROVENANCES)}, got {prov!r}", prov)
     r.take(",", "',' and a proof status")
     proof = r.take(what="a proof status")
     if proof not in PROOFS:
-        raise RuleSyntaxError(f"{where}:{line}: expected proof status {' or '.join(PROOFS)}, got {proof!r}")
+        b.fail(f"expected proof status {' or '.join(PROOFS)}, got {proof!r}", proof)
     r.take("]", "']'")
     r.take(":", "':' after the rule's header")
     src = tuple(b.tensor(sx, False) for sx in _split_top(r, {"=>"}))
@@ -390,9 +449,11 @@ def parse_rule(text: str, where: str = "<string>", line: int = 1) -> Rule:
         conds = tuple(b.attr(sx) for sx in _split_top(r, set()))
     if r.peek() is not None:
         r.error("end of rule")
+    b.line, b.col = line, 1
     for p in src:
         if not isinstance(_root_op(p), Op):
             b.fail("each source pattern must be an op, not a bare variable")
+    conds = tuple(b.lifted) + conds
     bound_t, bound_a, used_t, used_a = set(), set(), set(), set()
     for p in src:
         _tensor_vars(p, bound_t)
@@ -407,7 +468,39 @@ def parse_rule(text: str, where: str = "<string>", line: int = 1) -> Rule:
         b.fail(f"tensor variable(s) {', '.join('?' + v for v in sorted(used_t - bound_t))} not bound by the source")
     if used_a - bound_a - bound_t:
         b.fail(f"attribute variable(s) {', '.join('?' + v for v in sorted(used_a - bound_a))} not bound by the source")
-    return Rule(name, prov, proof, src, dst, conds, f"{where}:{line}", text.strip())
+    rule = Rule(name, prov, proof, src, dst, conds, f"{where}:{line}", text.strip())
+    _warn_if_never(rule)
+    return rule
+
+
+def _warn_if_never(rule: Rule) -> None:
+    """A warning for a condition that reads no variable and is false (``(= 1 2)``): the rule
+    can never apply. (Conditions that contradict each other are found by the numeric check of
+    :mod:`tvm_taso.verify.admit`.)"""
+    for cond in rule.conds:
+        used: set = set()
+        _attr_vars(cond, used)
+        _tensor_vars_in_attr(cond, used)
+        if used:
+            continue
+        try:
+            value = _constant(cond)
+        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as err:
+            log.warning("rule %s (%s): condition cannot be evaluated (%s), so the rule never applies",
+                        rule.name, rule.where, err)
+            return
+        if not value:
+            log.warning("rule %s (%s): a condition is always false, so the rule never applies", rule.name, rule.where)
+            return
+
+
+def _constant(x):
+    """The value of an attribute expression that reads no variable."""
+    if isinstance(x, Tup):
+        return tuple(_constant(i) for i in x.items)
+    if isinstance(x, Call):
+        return FUNCTIONS[x.fn](*(_constant(a) for a in x.args))
+    return x
 
 
 def _tensor_vars_in_attr(x, out: set):
@@ -437,7 +530,7 @@ def parse_rules(text: str, where: str = "<string>") -> list[Rule]:
             continue
         if line[0].isspace():
             if not block:
-                raise RuleSyntaxError(f"{where}:{no}: expected a rule name at the start of the line, got indentation")
+                raise RuleSyntaxError(f"{where}:{no}:1: expected a rule name at the start of the line, got indentation")
             block.append(line)
             continue
         flush()
@@ -446,18 +539,41 @@ def parse_rules(text: str, where: str = "<string>") -> list[Rule]:
     names = {}
     for rule in rules:
         if rule.name in names:
-            raise RuleSyntaxError(f"{rule.where}: rule {rule.name!r} is already defined at {names[rule.name]}")
+            raise RuleSyntaxError(f"{rule.where}:1: rule {rule.name!r} is already defined at {names[rule.name]}")
         names[rule.name] = rule.where
     return rules
 
 
-def load_rules(path: str | Path) -> list[Rule]:
+def load_rules(path: str | Path, trust: bool = False, check: bool = False) -> list[Rule]:
+    """The rules of a rule file (UTF-8 text), with the proof status each one's header gives.
+
+    Rules from outside the shipped library are not used on their word: before the search (or
+    ``ApplyRules``) uses them, :func:`tvm_taso.verify.admit.admit` proves or checks each one and
+    refuses, with a warning naming it and the counterexample, those that fail. ``check=True``
+    does that now, so the returned rules carry the status actually established (``proved`` or
+    ``checked``) and refused ones are left out. ``trust=True`` skips the checks: the rules are
+    used as written (status ``unverified``), and the log says so.
+    """
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as err:
         raise RuleSyntaxError(f"{path}: cannot read rule file: {err.strerror}") from None
-    return parse_rules(text, str(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise RuleSyntaxError(f"{path}:{line}:{col}: not a rule file: byte 0x{data[err.start]:02x} is not UTF-8 text") from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise RuleSyntaxError(f"{path}:{line}:1: not a rule file: it holds binary data (NUL bytes)")
+    rules = parse_rules(text, str(path))
+    if trust or check:
+        from tvm_taso.verify.admit import admit
+
+        rules = admit(rules, trust=trust)
+    return rules
 
 
 def default_rules(include_unverified: bool = False) -> list[Rule]:
@@ -470,4 +586,6 @@ def default_rules(include_unverified: bool = False) -> list[Rule]:
     rules = []
     for f in files:
         rules.extend(parse_rules(f.read_text(), f"rules/{f.name}"))
+    for r in rules:
+        r.established = "shipped"
     return [r for r in rules if include_unverified or r.proof != "unverified"]

@@ -34,6 +34,11 @@ class SearchStats:
     reused: int = 0  # regions that took the result of an identical region
     folded: int = 0  # weight expressions folded to constants between regions
     stopped: Counter = field(default_factory=Counter)  # why each region's search ended
+    engines: Counter = field(default_factory=Counter)  # regions searched by each search (eqsat, auto)
+    egraph_nodes: int = 0  # largest e-graph of a region (e-nodes, e-classes)
+    egraph_classes: int = 0
+    extraction_seconds: float = 0.0
+    extraction_methods: Counter = field(default_factory=Counter)  # which extraction candidate won
 
     def absorb(self, other: "SearchStats", kept: bool) -> None:
         """Add ``other``'s work; its results (rules, curve, rewrites) only if they were ``kept``."""
@@ -43,6 +48,11 @@ class SearchStats:
         self.regions_cut_short += other.regions_cut_short
         self.reused += other.reused
         self.stopped.update(other.stopped)
+        self.engines.update(other.engines)
+        self.egraph_nodes = max(self.egraph_nodes, other.egraph_nodes)
+        self.egraph_classes = max(self.egraph_classes, other.egraph_classes)
+        self.extraction_seconds += other.extraction_seconds
+        self.extraction_methods.update(other.extraction_methods)
         if kept:
             self.folded += other.folded
             self.applied.update(other.applied)
@@ -256,10 +266,14 @@ def search(
     stats: SearchStats | None = None,
     progress=None,
     patience: int = 64,
+    region_search=None,
+    min_gain: float = 1e-6,
 ) -> Graph:
     """Optimize ``g`` region by region; see the module docstring. A region shaped like one
     already searched (a repeated layer: same ops, attributes and types, other weights) reuses
-    that search's result instead of searching again."""
+    that search's result instead of searching again. ``region_search(sub, deadline, stats)``
+    searches one region instead of :func:`search_region` (equality saturation,
+    :mod:`tvm_taso.search.eqsat`)."""
     stats = stats if stats is not None else SearchStats()
     solved: dict[str, tuple[Graph, float, tuple[str, ...], list[int]]] = {}
     deadline = time.perf_counter() + time_limit
@@ -289,12 +303,15 @@ def search(
                 stats.reused += 1
                 stats.stopped["reused an identical region"] += 1
                 stats.curve.append((time.perf_counter(), best_cost - start_cost))
+            elif region_search is not None:
+                best, best_cost, path = region_search(sub, region_deadline, stats)
+                solved[key] = (best, best_cost, path, leaves)
             else:
                 best, best_cost, path = search_region(
                     sub, rules, cost, alpha, budget, region_deadline, stats, patience
                 )
                 solved[key] = (best, best_cost, path, leaves)
-            if path:
+            if path and best_cost < start_cost * (1.0 - min_gain):  # float rounding is no gain
                 stats.rewrites.append(
                     {
                         "region": stats.regions,

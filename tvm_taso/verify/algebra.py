@@ -107,6 +107,9 @@ class Numeric:
             return None
         return self._op("conv2d", [x, w], dict(strides=strides, padding=padding, dilation=dilation, groups=groups))
 
+    def merge_groups(self, groups, factor, w):
+        return self._op("merge_groups", [w], dict(groups=groups, factor=factor))
+
     def max_pool2d(self, size, strides, padding, dilation, ceil, x):
         if self._negative(padding):
             return None
@@ -263,6 +266,7 @@ class Z3Algebra:
         except ImportError:  # pragma: no cover - depends on the install
             raise VerifierUnavailable("the verifier needs z3: install it with pip install 'tvm-taso[verify]'") from None
         self.z3 = z3
+        self.ctx = z3.main_ctx()  # where the axioms and rules are built (the prover copies them)
         self.T = z3.DeclareSort("T")
         self.Shape = z3.DeclareSort("Shape")
         dt = z3.Datatype("Tup")
@@ -307,6 +311,9 @@ class Z3Algebra:
 
     def conv2d(self, strides, padding, dilation, groups, x, w):
         return self.fns["conv2d"](strides, padding, dilation, groups, x, w)
+
+    def merge_groups(self, groups, factor, w):
+        return self.fns["merge_groups"](groups, factor, w)
 
     def max_pool2d(self, size, strides, padding, dilation, ceil, x):
         return self.fns["max_pool2d"](size, strides, padding, dilation, ceil, x)

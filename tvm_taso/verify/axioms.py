@@ -398,6 +398,71 @@ def conv_enlarge(A, s, e, q, d, g, x, w, v):
     )
 
 
+# --- grouped convolutions: concat of convs, TASO's merge_gconv ----------------------------------
+group("grouped-conv")
+_GX, _GW = "n u*v*c H W", "u*v*o c h w"  # u*v groups of c input and o output channels
+
+
+@axiom(
+    s=_STRIDES, p=_PADDING, d=_DILATION, h=Int(lambda s: s.size("u")), g=Int(lambda s: s.size("u") * s.size("v")),
+    k=Int(lambda s: s.size("v")), x=_GX, w=_GW,
+)
+def conv_merge_groups(A, s, p, d, h, g, k, x, w):
+    """TASO's merge_gconv: the conv with h = g/k groups of the widened weight merge_groups(w, g,
+    k) is the conv with g groups of w (the widened weight is zero where a merged group reads
+    channels of another old group)."""
+    return Def(
+        A.conv2d(s, p, d, h, x, A.merge_groups(g, k, w)),
+        A.conv2d(s, p, d, g, x, w),
+        A.And(g == h * k, h >= 1, k >= 1),
+    )
+
+
+@axiom(g=Int(lambda s: s.size("u") * s.size("v")), k=Int(lambda s: s.size("v")), w=_GW)
+def merge_groups_shape(A, g, k, w):
+    """merge_groups(w, g, k) keeps rank 4, output channels, kernel size and dtype, and has k
+    times w's input channels."""
+    t = A.merge_groups(g, k, w)
+    return Fact(
+        A.And(
+            A.rank(t) == 4, A.rank(w) == 4, A.dim(0, t) == A.dim(0, w), A.dim(1, t) == k * A.dim(1, w),
+            A.dim(2, t) == A.dim(2, w), A.dim(3, t) == A.dim(3, w), A.dt(t) == A.dt(w), k >= 1,
+        ),
+        defined=[t],
+    )
+
+
+_TWO = dict(s=_STRIDES, p=_PADDING, d=_DILATION, x=_GX, y=_GX, a=_GW, b=_GW)
+
+
+def _same_shapes(A, x, y, a, b):
+    return A.And(A.shp(x) == A.shp(y), A.shp(a) == A.shp(b))
+
+
+@axiom(**_TWO, g=Int(lambda s: s.size("u") * s.size("v")), j=Int(lambda s: 1))
+def concat_group_convs(A, s, p, d, x, y, a, b, g, j):
+    """[conv(x, a) conv(y, b)] on channels, each with g groups, is one conv with 2g groups of
+    [x y] and [a; b] when the two convs have one shape (the group count is written 2·g, as a
+    rule writes it: (* 2 ?g))."""
+    return Def(
+        A.concat(j, A.conv2d(s, p, d, g, x, a), A.conv2d(s, p, d, g, y, b)),
+        A.conv2d(s, p, d, 2 * g, A.concat(1, x, y), A.concat(0, a, b)),
+        A.And(j == 1, _same_shapes(A, x, y, a, b)),
+    )
+
+
+@axiom(**_TWO, h=Int(lambda s: 2 * s.size("u") * s.size("v")), k=Int(lambda s: 1), j=Int(lambda s: 0))
+def group_conv_of_concats(A, s, p, d, x, y, a, b, h, k, j):
+    """A conv with an even number h of groups over [x y] and [a; b] of one shape each is
+    [conv(x, a) conv(y, b)], each with h/2 groups."""
+    half = A.floordiv(h, A.lit(2, "Int"))
+    return Def(
+        A.conv2d(s, p, d, h, A.concat(k, x, y), A.concat(j, a, b)),
+        A.concat(1, A.conv2d(s, p, d, half, x, a), A.conv2d(s, p, d, half, y, b)),
+        A.And(k == 1, j == 0, h == 2 * half, _same_shapes(A, x, y, a, b)),
+    )
+
+
 # --- pooling over concat (channel or batch axis), avg pool is linear ---------------------------
 group("pool")
 _PS = dict(size=_POOL, s=_STRIDES, p=Tup(lambda s: (0, 0, 0, 0)), d=Tup(lambda s: (1, 1)), c=_FALSE)

@@ -8,13 +8,15 @@ Statuses: ``proved`` (unsat for every output); ``failed`` (the solver ran out of
 instantiate without a proof, or Z3 found a model where the sides differ: the axioms do not imply
 the rule — then :func:`~tvm_taso.verify.refute.refute` looks for a concrete counterexample on
 random small tensors, and the reason says ``counterexample: ...`` when it finds one, which means
-the rule is wrong); ``unknown`` (timeout); ``unsupported`` (an op or attribute outside the
+the rule is wrong); ``unknown`` (resource budget spent); ``unsupported`` (an op or attribute outside the
 algebra, e.g. ``batch_norm``, ``reshape``; such rules keep their proof status). The axioms'
 numeric check (:mod:`tvm_taso.verify.soundness`) runs first; the verifier refuses to prove
 anything from an axiom that fails it.
 
 Z3 runs E-matching only (no model-based instantiation: on an unprovable rule it can run for
-minutes past its timeout), in a fresh non-incremental solver per output.
+minutes past its timeout), in a fresh context and non-incremental solver per output and
+attempt, with a fixed seed sequence and budgets in Z3's deterministic resource units: a rule's
+verdict does not depend on what else the file holds, in which order, or on the machine's load.
 """
 
 from __future__ import annotations
@@ -66,7 +68,11 @@ def formulas(alg: Z3Algebra, axioms: list[Axiom] | None = None) -> list:
 class Prover:
     """Holds the algebra and the axioms' formulas; proves one rule at a time."""
 
-    refute_seconds = 2.0  # spent looking for a counterexample to a rule that is not proved
+    # Looking for a counterexample to a rule that is not proved: a fixed number of draws (so the
+    # verdict is reproducible), with a time bound as a backstop.
+    refute_tries = 20000
+    refute_seconds = 20.0
+    wall_factor = 3.0  # the wall-clock backstop, in rule timeouts (workers are killed later)
 
     def __init__(self, axioms: list | None = None, check: bool = True):
         if check and axioms is None:
@@ -78,21 +84,28 @@ class Prover:
         self.alg = Z3Algebra()
         self.formulas = formulas(self.alg, axioms)
 
-    # A proof that takes 0.1 s with one random seed can run past any timeout with another (and
-    # the seed's effect shifts with every term created before), so a timeout restarts the
-    # search with the next seed and twice the budget, until the rule's timeout is spent.
-    first_attempt_seconds = 1.0
+    # Each output is checked in a fresh Z3 context holding only the background theory, the axioms
+    # and this rule's facts, copied in one go from the prover's context: Z3's choices follow the
+    # ids of its terms, so in a shared context the terms of rules proved before (another file,
+    # another order, another worker) changed the search, and a rule that proves in 0.04 s alone
+    # timed out among others. Budgets are Z3 resource units (``rlimit``), not seconds, so the
+    # verdict does not depend on the machine's load either: an attempt that runs out restarts
+    # with the next seed and twice the units, until the rule's units are spent. The wall-clock
+    # timeout stays as a backstop only.
+    first_attempt_rlimit = 1_500_000  # 1-3 s on this project's machines (0.5-1.5 M units/s)
+    rlimit_per_second = 1_000_000  # turns a rule's timeout into its resource budget
 
-    def solver(self, seconds: float, seed: int = 0):
+    def solver(self, ctx, rlimit: int, seconds: float, seed: int = 0):
+        """A solver in ``ctx`` (E-matching only) with a resource and a wall-clock budget."""
         z3 = self.alg.z3
-        s = z3.Solver()
+        s = z3.Solver(ctx=ctx)
+        s.set("rlimit", int(rlimit))
         s.set("timeout", max(1, int(seconds * 1000)))
         s.set("random_seed", seed)
         # E-matching only: with auto_config Z3 turns model-based quantifier instantiation back
         # on, which on an unprovable rule can run for minutes past the timeout.
         s.set("auto_config", False)
         s.set("mbqi", False)
-        s.add(self.formulas)
         return s
 
     def prove(self, rule: Rule, timeout: float = 10.0) -> VerifyResult:
@@ -109,49 +122,55 @@ class Prover:
         if len(tr.src) != len(tr.dst):
             return result("failed", f"{len(tr.src)} source outputs but {len(tr.dst)} target outputs")
         z3 = self.alg.z3
+        units = self.rlimit_per_second * timeout  # the rule's budget, over all its outputs
+        deadline = t0 + self.wall_factor * timeout
         for i, (a, b) in enumerate(zip(tr.src, tr.dst)):
             if a.eq(b):
                 continue
-            left = timeout - (time.perf_counter() - t0)
-            if left <= 0:
-                return result("unknown", f"timeout ({timeout:g} s) before output {i}", tr.dropped)
-            r, why = self._check(tr, a, b, left)
+            r, why, used = self._check(tr, a, b, units, deadline)
+            units -= used
             if r == z3.unsat:
                 continue
             saturated = r == z3.sat or "incomplete quantifiers" in why
-            cex = refute(rule, min(self.refute_seconds, max(0.5, timeout - (time.perf_counter() - t0))))
+            cex = refute(rule, self.refute_seconds, tries=self.refute_tries)
             if cex:
                 return result("failed", f"counterexample: {cex}", tr.dropped)
             if saturated:
                 return result("failed", f"output {i}: not implied by the axioms (E-matching saturated; "
                               "a missing axiom or a wrong rule; no counterexample found)", tr.dropped)
-            return result("unknown", f"output {i}: {why} after {time.perf_counter() - t0:.1f} s", tr.dropped)
+            return result("unknown", f"output {i}: {why}", tr.dropped)
         reason = ""
         if tr.dropped:
             reason = f"without {len(tr.dropped)} condition(s) the algebra cannot express"
         return result("proved", reason, tr.dropped)
 
-    def _check(self, tr, a, b, seconds: float):
-        """Checks ``a != b`` against the axioms; returns (z3 result, reason when unknown)."""
+    def _check(self, tr, a, b, units: float, deadline: float):
+        """Checks ``a != b`` against the axioms with at most ``units`` of Z3's resources;
+        returns (z3 result, reason when unknown, units used)."""
         z3 = self.alg.z3
-        deadline = time.perf_counter() + seconds
-        budget, seed = self.first_attempt_seconds, 0
+        problem = z3.AstVector(ctx=self.alg.ctx)
+        for f in self.formulas + tr.facts(self.alg) + [a != b]:
+            problem.push(f)
+        spent, budget, seed = 0, self.first_attempt_rlimit, 0
         while True:
-            left = deadline - time.perf_counter()
-            # A fresh, non-incremental solver per attempt: push/pop or assumption literals switch
-            # Z3 to incremental mode, which skips the preprocessing that makes these proofs fast
-            # (and a push saturates E-matching with no timeout).
-            s = self.solver(budget if left > 1.5 * budget else left, seed)
-            s.add(tr.facts(self.alg))
-            s.add(a != b)
+            budget = min(budget, units - spent)
+            if budget <= 0:
+                return z3.unknown, "resource budget spent", spent
+            # A fresh context and a fresh, non-incremental solver per attempt: push/pop or
+            # assumption literals switch Z3 to incremental mode, which skips the preprocessing
+            # that makes these proofs fast (and a push saturates E-matching with no timeout).
+            ctx = z3.Context()
+            s = self.solver(ctx, budget, deadline - time.perf_counter(), seed)
+            s.add(problem.translate(ctx))
             r = s.check()
             if r != z3.unknown:
-                return r, ""
+                return r, "", spent + budget
             why = s.reason_unknown()
-            if not ("timeout" in why or "canceled" in why):
-                return r, why
-            if deadline - time.perf_counter() <= 0.05:
-                return r, "timeout"
+            spent += budget
+            if "timeout" in why or "canceled" in why:
+                return r, "wall-clock backstop reached (the machine is too slow for the resource budget)", spent
+            if "resource" not in why and "rlimit" not in why:
+                return r, why, spent
             budget, seed = 2 * budget, seed + 1
 
 
@@ -159,9 +178,12 @@ def verify_rules(rules: list[Rule], timeout: float = 10.0, progress: bool = Fals
                  jobs: int = 1, isolate: bool = False) -> list[VerifyResult]:
     """Prove every rule; one :class:`VerifyResult` per rule, in order.
 
-    ``timeout`` bounds each rule (Z3's own timeout). Z3 does not always stop on time, so with
-    ``isolate`` (or ``jobs`` > 1) rules run in worker processes and a worker still busy at
-    ``2 * timeout + 10`` seconds is killed and its rule reported ``unknown``. ``time_limit``
+    ``timeout`` sets each rule's budget in Z3 resource units (:attr:`Prover.rlimit_per_second`
+    per second, so the verdict is the same on a busy machine), with a wall-clock backstop.
+    Z3 does not always stop on time, so with ``isolate`` (or ``jobs`` > 1) rules run in worker
+    processes and a worker still busy at ``(wall_factor + 1) * timeout + 10`` seconds is killed
+    and its rule reported ``unknown``. Each rule is proved in contexts of its own, so its verdict
+    does not depend on the other rules, their order or the worker. ``time_limit``
     bounds the whole run: rules not reached by then are ``unknown``."""
     if not z3_available():
         raise VerifierUnavailable(f"the verifier needs z3: {INSTALL_HINT}")
@@ -207,7 +229,7 @@ def _run_workers(rules, timeout, jobs, time_limit, bar) -> list:
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    hard = 2 * timeout + 10
+    hard = (Prover.wall_factor + 1) * timeout + 10
     out: list = [None] * len(rules)
     todo = list(range(len(rules)))
 

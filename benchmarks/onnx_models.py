@@ -1,0 +1,202 @@
+"""The ONNX workflow on models as users have them: Hugging Face architectures (random weights,
+built from a config: nothing is downloaded) exported by PyTorch, through ``tvm-taso optimize
+--check``.
+
+    python -m benchmarks.onnx_models [--quick] [--target cuda] [--models bert gpt2 ...]
+        [--exporters classic dynamo] [--axes static dynamic] [--json OUT]
+
+For every model x exporter (``torch.onnx.export(dynamo=False)`` and ``dynamo=True``) x axes
+(static, or dynamic batch / sequence): ``tvm-taso optimize --check`` (onnxruntime, inputs and
+outputs by name, dynamic dimensions at two sizes), ``onnx.checker.check_model(full_check=True)``
+on the result, and its interface (input and output names, element types, dimensions, symbolic
+ones included) compared with the original's. Prints a table and the rules applied per model,
+writes ``benchmarks/results/onnx_models.json``. Needs ``torch``, ``transformers`` and, for the
+dynamo exporter, ``onnxscript``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import onnx
+
+log = logging.getLogger("benchmarks.onnx_models")
+
+RESULTS = Path(__file__).parent / "results" / "onnx_models.json"
+TEXT, VISION = ("batch", "seq"), ("batch",)
+
+
+def _text(model_cls, config, vocab: int, seq: int = 16, mask: bool = True):
+    import torch
+
+    ids = torch.randint(0, vocab, (2, seq))
+    inputs = {"input_ids": ids}
+    if mask:
+        inputs["attention_mask"] = torch.ones(2, seq, dtype=torch.int64)
+    return model_cls(config), inputs, TEXT
+
+
+def _vision(model_cls, config, image: int):
+    import torch
+
+    return model_cls(config), {"pixel_values": torch.randn(2, 3, image, image)}, VISION
+
+
+def builders() -> dict:
+    """name -> () -> (torch module, example inputs by name, dynamic axis names)."""
+    import transformers as tf
+
+    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    return {
+        "bert": lambda: _text(tf.BertModel, tf.BertConfig(vocab_size=100, max_position_embeddings=256, **small), 100),
+        "gpt2": lambda: _text(tf.GPT2Model, tf.GPT2Config(vocab_size=100, n_positions=256, n_embd=64, n_layer=2,
+                                                          n_head=4), 100, mask=False),
+        "vit": lambda: _vision(tf.ViTModel, tf.ViTConfig(image_size=32, patch_size=8, **small), 32),
+        "resnet50": lambda: _vision(tf.ResNetModel, tf.ResNetConfig(
+            embedding_size=16, hidden_sizes=[32, 64, 128, 256], depths=[3, 4, 6, 3], layer_type="bottleneck"), 64),
+        # rotary position embeddings, a gated (SiLU) MLP, RMSNorm, grouped-query attention
+        "llama": lambda: _text(tf.LlamaModel, tf.LlamaConfig(vocab_size=100, max_position_embeddings=256,
+                                                             num_key_value_heads=2, **small), 100),
+        # depthwise convolutions, TF-style computed padding
+        "mobilenet_v2": lambda: _vision(tf.MobileNetV2Model, tf.MobileNetV2Config(
+            image_size=64, depth_multiplier=0.35), 64),
+        # depthwise 7x7 convolutions, channels-last LayerNorm, GELU
+        "convnext": lambda: _vision(tf.ConvNextModel, tf.ConvNextConfig(
+            depths=[1, 1, 2, 1], hidden_sizes=[16, 32, 64, 128]), 64),
+        # squeeze-and-excitation blocks, grouped convolutions
+        "regnet_y": lambda: _vision(tf.RegNetModel, tf.RegNetConfig(
+            layer_type="y", depths=[1, 1, 2, 1], hidden_sizes=[16, 32, 64, 128], groups_width=8), 64),
+    }
+
+
+def export(name: str, exporter: str, axes: str, path: Path) -> None:
+    """Export model ``name`` to ``path`` with the ``classic`` or ``dynamo`` exporter, ``static``
+    or with ``dynamic`` batch (and sequence) axes; the output is the model's last hidden state."""
+    import torch
+
+    module, inputs, dyn = builders()[name]()
+    names = list(inputs)
+
+    class FirstOutput(torch.nn.Module):
+        """The model's last hidden state, its inputs by position (as the classic exporter passes them)."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, first, second=None):
+            return self.inner(**dict(zip(names, (first, second)[: len(names)])))[0]
+
+    module = FirstOutput(module).eval()
+    dynamic_axes = dynamic_shapes = None
+    if axes == "dynamic" and exporter == "classic":
+        dynamic_axes = {n: dict(enumerate(dyn)) for n in names}
+    elif axes == "dynamic":
+        dims = {d: torch.export.Dim(d, min=2, max=256) for d in dyn}
+        dynamic_shapes = tuple({k: dims[d] for k, d in enumerate(dyn)} for _ in names)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, tuple(inputs.values()), str(path), input_names=names, output_names=["output"],
+                          dynamo=exporter == "dynamo", opset_version=18,
+                          **({"dynamic_shapes": dynamic_shapes} if exporter == "dynamo"
+                             else {"dynamic_axes": dynamic_axes, "do_constant_folding": True}))
+
+
+def interface(model: onnx.ModelProto) -> list[bytes]:
+    """The graph's inputs and outputs (names, element types, dimensions) as comparable bytes."""
+    return [v.SerializeToString() for v in list(model.graph.input) + list(model.graph.output)]
+
+
+def run(name: str, exporter: str, axes: str, target: str, work: Path) -> dict:
+    from tvm_taso.cli.main import main as cli
+
+    row = {"model": name, "exporter": exporter, "axes": axes, "ok": False, "stage": "export"}
+    src, out, rep = work / f"{name}-{exporter}-{axes}.onnx", work / "out.onnx", work / "report.json"
+    t0 = time.perf_counter()
+    try:
+        export(name, exporter, axes, src)
+        row["export_seconds"] = time.perf_counter() - t0
+        original = onnx.load(src)
+        row["nodes_before"] = len(original.graph.node)
+        row["stage"] = "tvm-taso optimize --check"
+        t1 = time.perf_counter()
+        status = cli(["optimize", str(src), "-o", str(out), "--target", target, "--check", "--report", str(rep)])
+        row["optimize_seconds"] = time.perf_counter() - t1
+        if status != 0:
+            raise RuntimeError(f"tvm-taso optimize exited with {status}")
+        report = json.loads(rep.read_text())
+        optimized = onnx.load(out)
+        row.update(nodes_after=len(optimized.graph.node), applied=report["applied"],
+                   search_seconds=report["search_seconds"], cost_ratio=report["cost_after"] / report["cost_before"]
+                   if report["cost_before"] else 1.0, skipped=[s["what"] for s in report["skipped"]],
+                   max_rel_err=report["check"]["max_relative_error"],
+                   check_runs=[r.get("dims") for r in report["check"]["runs"] if "skipped" not in r],
+                   priced_dims=report.get("priced_dims"))
+        row["stage"] = "check_model"
+        onnx.checker.check_model(optimized, full_check=True)
+        row["stage"] = "interface"
+        if interface(optimized) != interface(original):
+            raise AssertionError("the optimized model's inputs or outputs differ from the original's")
+        if axes == "dynamic" and len(row["check_runs"]) < 2:
+            raise AssertionError("the dynamic model was not checked at two sizes")
+        row["ok"], row["stage"] = True, "done"
+    except Exception as err:  # noqa: BLE001 - one failing model is a row, not the end of the run
+        row["failed"] = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+        log.debug("%s", traceback.format_exc())
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | exporter | axes | nodes | search s | est. cost ratio | max rel err | result |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        nodes = f"{r['nodes_before']}→{r['nodes_after']}" if "nodes_after" in r else str(r.get("nodes_before", "—"))
+        lines.append(f"| {r['model']} | {r['exporter']} | {r['axes']} | {nodes} | "
+                     f"{r.get('search_seconds', float('nan')):.2f} | {r.get('cost_ratio', float('nan')):.3f} | "
+                     f"{r.get('max_rel_err', float('nan')):.1e} | "
+                     f"{'pass' if r['ok'] else 'FAIL at ' + r['stage'] + ': ' + r.get('failed', '')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.onnx_models", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="cuda", help="what the cost model prices for (default cuda)")
+    ap.add_argument("--models", nargs="+", help="only these models (default all)")
+    ap.add_argument("--exporters", nargs="+", default=["classic", "dynamo"], choices=["classic", "dynamo"])
+    ap.add_argument("--axes", nargs="+", default=["static", "dynamic"], choices=["static", "dynamic"])
+    ap.add_argument("--json", default=str(RESULTS), help=f"where to write the rows (default {RESULTS})")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(name)s: %(message)s")
+    names = args.models or list(builders())
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tvm-taso-onnx-models-") as tmp:
+        for name in names:
+            for exporter in args.exporters:
+                for axes in args.axes:
+                    row = run(name, exporter, axes, args.target, Path(tmp))
+                    log.info("%s %s %s: %s in %.1f s %s", name, exporter, axes, "pass" if row["ok"] else "FAIL",
+                             row["seconds"], row.get("failed", ""))
+                    rows.append(row)
+    print(table(rows))
+    print("\nrules applied per model:")
+    for r in rows:
+        applied = ", ".join(f"{k} x{v}" for k, v in (r.get("applied") or {}).items()) or "none"
+        print(f"  {r['model']:13s} {r['exporter']:8s} {r['axes']:8s} {applied}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"target": args.target, "rows": rows}, indent=1, default=str) + "\n")
+    print(f"\nwrote {args.json}")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""The ONNX form of a model: ``load_onnx`` keeps the user's ``ModelProto`` as it is, with the
+sizes its symbolic dimensions are priced at, and ``export_onnx`` writes it back.
+
+Shapes come from ONNX's own shape inference (strict where the model allows it), run on a
+skeleton of the model (large initializers become typed inputs, so a model over protobuf's
+2 GB limit is inferred too) at two bindings of the symbolic dimensions: the priced sizes and
+twice them. A dimension whose size differs between the two depends on a symbolic one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from tvm_taso.files import write_atomically
+from tvm_taso.io.onnx_import import InputError, bind_dims, input_shapes, read_model
+
+log = logging.getLogger("tvm_taso.io")
+
+# Above this many bytes a model is saved with its tensors in an external data file, as onnx
+# does: protobuf cannot serialize a message of 2 GiB.
+LARGE_MODEL_BYTES = 2**31 - 2**26
+# Initializers with at most this many elements stay in the skeleton that shape inference
+# reads (their values can be shapes, axes, split sizes: data propagation needs them).
+SMALL_INITIALIZER = 1024
+
+# Sizes priced for symbolic dimensions no shape was given for: a batch of one, 128 elsewhere
+# (a sequence length, an image side).
+DEFAULT_BATCH, DEFAULT_OTHER = 1, 128
+
+
+def default_size(axis: int) -> int:
+    """The priced size of an unbound symbolic dimension at ``axis``."""
+    return DEFAULT_BATCH if axis == 0 else DEFAULT_OTHER
+
+
+class OnnxModel:
+    """An ONNX model as tvm-taso optimizes it: ``proto`` (never modified), a ``name`` for messages,
+    and ``dims``, the size each symbolic input dimension is priced at."""
+
+    def __init__(self, proto: onnx.ModelProto, name: str, dims: dict[str, int]):
+        self.proto = proto
+        self.name = name
+        self.dims = dict(dims)
+
+    def __repr__(self) -> str:
+        return f"OnnxModel({self.name!r}, {len(self.proto.graph.node)} nodes, dims={self.dims})"
+
+    @property
+    def opset(self) -> int:
+        """The version of the default ONNX domain the model imports (0 when it imports none)."""
+        return next((o.version for o in self.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+    def shapes(self, dims: dict[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+        """Static shapes of the inputs a caller feeds, at ``dims`` (default the priced sizes)."""
+        return input_shapes(self.proto, self.dims if dims is None else dims)
+
+    def second_dims(self) -> dict[str, int]:
+        """Another size for every symbolic dimension (half, or 2 for a size of 1): where
+        ``--check`` runs a dynamic model a second time."""
+        return {k: (v // 2 if v >= 2 else 2) for k, v in self.dims.items()}
+
+    def doubled_dims(self) -> dict[str, int]:
+        """Every symbolic dimension at twice its priced size (how the bridge tells which
+        dimensions depend on symbolic ones)."""
+        return {k: 2 * v for k, v in self.dims.items()}
+
+    @cached_property
+    def types(self) -> dict[str, tuple[int, tuple | None]]:
+        """``{tensor name: (ONNX element type, shape)}`` at the priced sizes (see :func:`value_types`)."""
+        return value_types(self.proto, self.shapes())
+
+    @cached_property
+    def doubled_types(self) -> dict[str, tuple[int, tuple | None]]:
+        """:attr:`types` with every symbolic dimension at twice its priced size."""
+        return value_types(self.proto, self.shapes(self.doubled_dims())) if self.dims else self.types
+
+    def with_proto(self, proto: onnx.ModelProto) -> "OnnxModel":
+        """The same model (name, priced sizes) with another proto: an optimized version of it."""
+        return OnnxModel(proto, self.name, self.dims)
+
+    def save(self, path, data_location: str | None = None) -> None:
+        """Write the model to ``path``; a model over :data:`LARGE_MODEL_BYTES` keeps its tensors in
+        the external data file ``data_location`` (default ``<file name>.data``) beside it."""
+        if not is_large(self.proto):
+            onnx.save_model(self.proto, os.fspath(path))
+            return
+        copy = onnx.ModelProto()
+        copy.CopyFrom(self.proto)  # saving with external data moves the tensors out of the proto
+        onnx.save_model(copy, os.fspath(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data_location or Path(path).name + ".data", size_threshold=1024)
+
+
+def is_large(proto: onnx.ModelProto) -> bool:
+    """True when ``proto`` is too large to serialize as one protobuf message."""
+    try:
+        return proto.ByteSize() > LARGE_MODEL_BYTES
+    except Exception:  # noqa: BLE001 - protobuf raises when the size itself overflows
+        return True
+
+
+def load_onnx(model, shapes: dict | None = None, name: str | None = None) -> OnnxModel:
+    """An ONNX model (a path or an ``onnx.ModelProto``) as an :class:`OnnxModel` for
+    :func:`tvm_taso.optimize`.
+
+    ``shapes`` (``{input name: shape}``) gives the sizes symbolic dimensions are priced at; any
+    left out are priced at 1 on the first axis and 128 elsewhere, said in one log line. The
+    model stays dynamic: the optimized one accepts every size the original does. Raises
+    :class:`InputError` for a missing, corrupt or invalid model or bad ``shapes``.
+    """
+    proto, name = read_model(model, name)
+    try:
+        if is_large(proto) and not isinstance(model, onnx.ModelProto):
+            onnx.checker.check_model(os.fspath(model))
+        elif not is_large(proto):
+            onnx.checker.check_model(proto)
+    except (onnx.checker.ValidationError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(f"{name}: invalid ONNX model: {first}") from None
+    defaulted: dict[str, int] = {}
+
+    def default(symbol: str, axis: int) -> int:
+        defaulted[symbol] = default_size(axis)
+        return defaulted[symbol]
+
+    dims = bind_dims(proto, name, shapes, default=default)
+    if defaulted:
+        log.warning("%s: symbolic dimensions priced at %s (the output stays dynamic; give shapes= or "
+                    "--shape NAME=D1xD2x... to price other sizes)", name,
+                    ", ".join(f"{k}={v}" for k, v in sorted(defaulted.items())))
+    return OnnxModel(proto, name, dims)
+
+
+def export_onnx(model, path=None, **relax_options):
+    """Write ``model`` as ONNX and return the ``ModelProto``.
+
+    An :class:`OnnxModel` (what :func:`tvm_taso.optimize` returns for one) is written as it is,
+    with external data when it is over 2 GB. A Relax ``IRModule`` goes through the Relax -> ONNX
+    exporter (:func:`tvm_taso.io.onnx_export.export_onnx`, which takes ``relax_options``).
+    """
+    if isinstance(model, OnnxModel):
+        if path is not None:
+            write_atomically(path, lambda tmp: model.save(tmp, data_location=Path(path).name + ".data"))
+        return model.proto
+    from tvm_taso.io import onnx_export
+
+    return onnx_export.export_onnx(model, path, **relax_options)
+
+
+# -- shape inference ----------------------------------------------------------------------------
+
+
+def value_types(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, tuple | None]]:
+    """``{tensor name: (element type, shape or None)}`` for every value of the main graph, by
+    ONNX shape inference with the real inputs at ``shapes``; a dimension inference leaves
+    unknown is None. Strict mode first; a model strict inference rejects (ops of other domains
+    without a schema, say) is inferred leniently. Dimensions ONNX leaves unknown are taken from
+    onnxruntime's symbolic shape inference when onnxruntime is installed."""
+    skeleton = _skeleton(proto, shapes)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as err:  # noqa: BLE001 - inference raises several types
+        log.info("strict shape inference failed (%s); inferring leniently", str(err).splitlines()[0] if str(err) else err)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
+        except Exception as err2:  # noqa: BLE001
+            first = (str(err2).strip().splitlines() or [type(err2).__name__])[0]
+            raise InputError(f"ONNX shape inference failed on the model: {first}") from None
+    types = _collect(inferred)
+    if any(t[1] is None or None in t[1] for t in types.values()):
+        # ONNX's data propagation stops at shapes computed at run time (Slice, Expand, Range on
+        # Shape outputs, as PyTorch writes for dynamic axes); onnxruntime's symbolic shape
+        # inference evaluates those shape computations at the bound sizes
+        for name, entry in _onnxruntime_types(skeleton).items():
+            if name not in types or types[name][1] is None or None in types[name][1]:
+                types[name] = entry
+    for init in proto.graph.initializer:
+        types[init.name] = (init.data_type, tuple(init.dims))
+    return types
+
+
+def _collect(model: onnx.ModelProto) -> dict[str, tuple[int, tuple | None]]:
+    types: dict[str, tuple[int, tuple | None]] = {}
+    g = model.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type"):
+            tt = vi.type.tensor_type
+            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim) \
+                if tt.HasField("shape") else None
+            if vi.name not in types or (types[vi.name][1] is None and shape is not None):
+                types[vi.name] = (tt.elem_type, shape)
+    return types
+
+
+def _onnxruntime_types(skeleton: onnx.ModelProto) -> dict[str, tuple[int, tuple | None]]:
+    """Types by onnxruntime's symbolic shape inference, when onnxruntime is installed."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        return {}
+    try:
+        return _collect(SymbolicShapeInference.infer_shapes(skeleton, auto_merge=True))
+    except Exception as err:  # noqa: BLE001 - it raises on ops it does not know
+        log.info("onnxruntime's symbolic shape inference failed (%s)", (str(err).splitlines() or [""])[0])
+        return {}
+
+
+def _skeleton(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """``proto`` for shape inference: real inputs at ``shapes``, large initializers as typed
+    inputs (without their data), value_info left out (inference recomputes it)."""
+    m = onnx.ModelProto()
+    m.ir_version = proto.ir_version
+    m.opset_import.extend(proto.opset_import)
+    m.functions.extend(proto.functions)
+    g, src = m.graph, proto.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    inits = {i.name for i in src.initializer}
+    for inp in src.input:
+        if inp.name in shapes:
+            elem = inp.type.tensor_type.elem_type
+            g.input.append(helper.make_tensor_value_info(inp.name, elem, list(shapes[inp.name])))
+        elif inp.name not in inits:
+            g.input.append(inp)
+    for init in src.initializer:
+        if int(np.prod(init.dims, dtype=np.int64)) <= SMALL_INITIALIZER:
+            g.initializer.append(init)
+        else:
+            g.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    g.sparse_initializer.extend(src.sparse_initializer)
+    g.output.extend(src.output)
+    return m

@@ -1,0 +1,288 @@
+"""E-matching: the rule language's patterns matched against an e-graph, and rule targets added
+to it.
+
+The same :class:`~tvm_taso.rewrite.rule.Rule` data the backtracking search applies with
+:mod:`tvm_taso.rewrite.match`; attributes are matched with its :func:`match_attributes`, and
+conditions and target attributes evaluated with its :func:`conditions_hold` and
+:func:`evaluate_attr`, over the e-classes' shapes. A match binds tensor variables to e-classes
+(as refs ``(class, 0)``); a target becomes new e-nodes unioned with the source's classes, only
+when its types are the source's (as :func:`tvm_taso.rewrite.match.apply` checks).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from tvm_taso.ir import ops
+from tvm_taso.ir.graph import COMMUTATIVE
+from tvm_taso.ir.ops import OpError, TensorType
+from tvm_taso.rewrite.match import conditions_hold, evaluate_attr, match_attributes, same_value
+from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
+from tvm_taso.search.egraph import EGraph, EGraphView
+
+# What evaluating a target on a site it does not fit may raise (as in rewrite.match.apply).
+_EVALUATION_ERRORS = (OpError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError)
+
+
+class _Kind:
+    __slots__ = ("op",)
+
+    def __init__(self, op: str):
+        self.op = op
+
+
+class Shapes:
+    """What conditions ask of a bound tensor (``type_of``, ``nodes[...].op`` for ``const?``),
+    answered for e-classes: the graph-like object :func:`conditions_hold` reads."""
+
+    def __init__(self, eg: EGraph, view: EGraphView):
+        self.eg, self.view = eg, view
+        self.nodes = self
+
+    def type_of(self, ref) -> TensorType:
+        return self.eg.ref_types[ref[0]][0]
+
+    def __getitem__(self, cid: int) -> _Kind:
+        const = cid in self.eg.const_refs or any(
+            e[0] == "leaf" and self.eg.leaves[e[1]][0] == "const" for e in self.view.classes.get(cid, ())
+        )
+        return _Kind("const" if const else "op")
+
+
+def _computes(x) -> bool:
+    """Whether an attribute pattern evaluates a function (its value depends on the bindings)."""
+    return isinstance(x, Call) or (isinstance(x, Tup) and any(_computes(i) for i in x.items))
+
+
+class Matcher:
+    """Every site of a rule in one snapshot of the e-graph."""
+
+    def __init__(self, eg: EGraph, view: EGraphView, attribute_memo: dict):
+        self.eg, self.view = eg, view
+        self.attribute_memo = attribute_memo  # (pattern id, op key) -> bindings or None, across rounds
+        self.shapes = Shapes(eg, view)
+        self._attrs: dict[int, dict] = {}
+        self._by_arg: dict = {}
+
+    def attrs(self, op_key: int) -> dict:
+        found = self._attrs.get(op_key)
+        if found is None:
+            found = self._attrs[op_key] = dict(self.eg.op_keys[op_key][1])
+        return found
+
+    def matches(self, rule: Rule) -> Iterator[tuple[tuple[int, ...], dict]]:
+        """(root classes, bindings) of each site, one per distinct pair."""
+        seen = set()
+        for roots, env in self._roots(rule, 0, (), {}):
+            key = (roots, tuple(sorted(env.items(), key=lambda kv: kv[0])))
+            if key in seen:
+                continue
+            seen.add(key)
+            if conditions_hold(rule, env, self.shapes):
+                yield roots, env
+
+    def _roots(self, rule: Rule, k: int, chosen: tuple, env: dict):
+        if k == len(rule.src):
+            yield chosen, env
+            return
+        pat = rule.src[k]
+        node_pat = pat.expr if isinstance(pat, Get) else pat
+        for cid, enode in self._candidates(node_pat, env):
+            if cid in chosen:
+                continue
+            if isinstance(pat, Get) and pat.index >= len(self.view.types[cid]):
+                continue
+            for env2 in self._enode(node_pat, enode, env):
+                yield from self._roots(rule, k + 1, chosen + (cid,), env2)
+
+    def _candidates(self, pat: Op, env: dict) -> list:
+        """The e-nodes a root pattern may match: those of its op, narrowed to the ones reading
+        the class an operand variable is already bound to (a later root of a multi-output rule)."""
+        for pos, arg in enumerate(pat.args):
+            if isinstance(arg, Var) and arg.name in env:
+                key = (pat.op, pos)
+                index = self._by_arg.get(key)
+                if index is None:
+                    index = self._by_arg[key] = {}
+                    for cid, enode in self.view.by_op.get(pat.op, ()):
+                        if pos < len(enode[2]):
+                            index.setdefault(enode[2][pos], []).append((cid, enode))
+                return index.get(env[arg.name][0], [])
+        return self.view.by_op.get(pat.op, [])
+
+    def _enode(self, pat: Op, enode, env: dict):
+        if enode[0] != "node" or len(enode[2]) != len(pat.args):
+            return
+        op, _ = self.eg.op_keys[enode[1]]
+        if op != pat.op:
+            return
+        env = self._attributes(pat, enode[1], env)
+        if env is not None:
+            yield from self._args(pat.args, enode[2], 0, env)
+
+    def _attributes(self, pat: Op, op_key: int, env: dict) -> dict | None:
+        """:func:`match_attributes`, memoized per pattern and op key on an empty environment
+        (then merged with ``env``) when the pattern's attributes compute nothing."""
+        if any(_computes(v) for _, v in pat.attrs):
+            return match_attributes(pat, self.attrs(op_key), env)
+        key = (id(pat), op_key)
+        if key not in self.attribute_memo:
+            self.attribute_memo[key] = match_attributes(pat, self.attrs(op_key), {})
+        bound = self.attribute_memo[key]
+        if bound is None:
+            return None
+        for name, value in bound.items():
+            if name in env:
+                if not same_value(env[name], value):
+                    return None
+            else:
+                env = dict(env)
+                env[name] = value
+        return env
+
+    def _args(self, pats, children, k: int, env: dict):
+        if k == len(pats):
+            yield env
+            return
+        for env2 in self._class(pats[k], children[k], env):
+            yield from self._args(pats, children, k + 1, env2)
+
+    def _class(self, pat, cid: int, env: dict):
+        view = self.view
+        if isinstance(pat, Var):
+            if view.is_tuple(cid):
+                return
+            bound = env.get(pat.name)
+            if bound is None:
+                env = dict(env)
+                env[pat.name] = (cid, 0)
+                yield env
+            elif bound == (cid, 0):
+                yield env
+            return
+        if isinstance(pat, Get):
+            if view.is_tuple(cid):
+                return
+            for enode in view.classes[cid]:
+                if enode[0] == "get" and enode[1] == pat.index:
+                    for inner in view.classes[enode[2][0]]:
+                        yield from self._enode(pat.expr, inner, env)
+                elif pat.index == 0 and enode[0] == "node":  # output 0 of a one-output op
+                    yield from self._enode(pat.expr, enode, env)
+            return
+        if view.is_tuple(cid):
+            return
+        for enode in view.classes[cid]:
+            yield from self._enode(pat, enode, env)
+
+
+class Applier:
+    """Adds rule targets to the e-graph for one round, reusing e-nodes it already holds;
+    ``creator`` records the rule that first made each e-node."""
+
+    def __init__(self, eg: EGraph, view: EGraphView, shapes: Shapes, creator: dict):
+        self.eg, self.view, self.shapes = eg, view, shapes
+        self.creator = creator
+        self._new: dict = {}  # e-node -> Ref of this round's additions
+        self._leaf: dict = {}
+        for cid, enodes in view.classes.items():
+            for e in enodes:
+                if e[0] == "leaf":
+                    self._leaf[eg.leaves[e[1]][3]] = cid
+        self.changes = 0
+        self.rule = ""
+
+    def apply(self, rule: Rule, roots: tuple[int, ...], env: dict) -> bool:
+        """Union the target of ``rule`` at this site with its source; False if it does not fit."""
+        self.rule = rule.name
+        src = []
+        for pat, cid in zip(rule.src, roots):
+            if isinstance(pat, Get):
+                src.append(self._output(cid, pat.index))
+            else:
+                src.extend(self._outputs(cid))
+        try:
+            dst = [c for x in rule.dst for c in self._build(x, env)]
+        except _EVALUATION_ERRORS:
+            return False
+        if len(dst) != len(src):
+            return False
+        types = self.eg.ref_types
+        if any(types[s] != types[d] for s, d in zip(src, dst)):
+            return False
+        for s, d in zip(src, dst):
+            if self._find(s) != self._find(d):
+                self.eg.union(s, d)
+                self.changes += 1
+        return True
+
+    def _find(self, ref: int) -> int:
+        return self.view.canonical.get(ref, ref)
+
+    def _enode(self, enode, make) -> int:
+        found = self.view.class_of.get(enode)
+        if found is None:
+            found = self._new.get(enode)
+        if found is None:
+            found = self._new[enode] = make()
+            self.creator.setdefault(enode, self.rule)
+            self.changes += 1
+        return found
+
+    def _output(self, cid: int, index: int) -> int:
+        if not self.eg.ref_types[cid] or len(self.eg.ref_types[cid]) == 1:
+            if index != 0:
+                raise OpError(f"output {index} of a single-output value")
+            return cid
+        ty = self.eg.ref_types[cid][index]
+        return self._enode(("get", index, (cid,)), lambda: self.eg.add_get(cid, index, ty))
+
+    def _outputs(self, cid: int) -> list[int]:
+        n = len(self.eg.ref_types[cid])
+        return [cid] if n == 1 else [self._output(cid, i) for i in range(n)]
+
+    def _build(self, x, env: dict) -> list[int]:
+        if isinstance(x, Var):
+            return [env[x.name][0]]
+        if isinstance(x, Scalar):
+            ty = self.shapes.type_of(env[x.like.name])
+            value = np.array(evaluate_attr(x.value, env, self.shapes), dtype=ty.dtype)
+            key = ("scalar", value.item(), ty.dtype)
+            found = self._leaf.get(key)
+            if found is None:
+                found = self._leaf[key] = self.eg.add_leaf("const", TensorType((), ty.dtype), (value, None), key, None)
+                self.changes += 1
+            return [found]
+        if isinstance(x, Get):
+            refs = self._build(x.expr, env)
+            if x.index >= len(refs):
+                raise OpError(f"get {x.index} of {len(refs)} outputs")
+            return [refs[x.index]]
+        args = []
+        for a in x.args:
+            refs = self._build(a, env)
+            if len(refs) != 1:
+                raise OpError(f"a {len(refs)}-output value used as an operand")
+            args.append(self._find(refs[0]))
+        attrs = {name: evaluate_attr(v, env, self.shapes) for name, v in x.attrs}
+        return self._outputs(self.add_op(x.op, args, attrs))
+
+    def add_op(self, op: str, args: list[int], attrs: dict) -> int:
+        """The class of ``op`` on ``args`` (attributes completed and canonical as
+        :meth:`Graph.add` does), added if new; raises OpError if the types do not check."""
+        spec = ops.OPS[op]
+        full = dict(spec.defaults)
+        full.update(attrs)
+        if op in COMMUTATIVE and self.shapes[args[0]].op == "const" and self.shapes[args[1]].op != "const":
+            args = [args[1], args[0]]
+        in_types = [self.eg.ref_types[a][0] for a in args]
+        full = ops.canonical_attrs(op, in_types, full)
+        attrs_t = tuple(sorted(full.items()))
+        key = self.eg.op_key(op, attrs_t)
+        enode = ("node", key, tuple(args))
+        if enode in self.view.class_of or enode in self._new:
+            return self._enode(enode, None)
+        types = tuple(ops.infer(op, in_types, full))
+        return self._enode(enode, lambda: self.eg.add_node(key, enode[2], types))

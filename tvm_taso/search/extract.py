@@ -1,0 +1,342 @@
+"""Extraction: the cheapest acyclic graph an e-graph represents, under the real cost model.
+
+A graph's cost is fusion-aware (:func:`tvm_taso.cost.model.kernels`), not a sum over e-nodes,
+so extraction runs in two steps:
+
+1. candidates from a per-e-node approximation: each e-node priced as a one-op kernel by the
+   same :class:`CostModel` (free: leaves, tuple outputs, views and weight-only e-nodes, which are
+   folded before codegen; an elementwise e-node at a small share of its kernel, since it
+   usually fuses into its producer). Candidates: the input graph's own choices, a greedy
+   bottom-up choice (tree cost), and TENSAT's ILP (``scipy.optimize.milp``: pick e-nodes so
+   every root and every picked e-node's operand classes are covered, shared classes paid once,
+   acyclic through order variables);
+2. the candidates priced with the real model, then local improvement of the cheapest: force
+   one e-class to another of its e-nodes (what it needs chosen greedily), choose every other
+   class greedily with the classes built so far free (so that outputs share what the switch
+   built, as a merged multi-output op needs), and keep the switch when the real cost drops;
+   repeated until no switch helps or the deadline.
+
+The ILP is off by default (:class:`tvm_taso.search.eqsat.EqsatLimits`): HiGHS took seconds on a
+few hundred e-nodes here, and its per-e-node prices misjudge fusion, so its graph rarely won.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tvm_taso.cost.model import CostModel, Kernel
+from tvm_taso.ir import ops
+from tvm_taso.ir.graph import LEAVES, Graph
+from tvm_taso.ir.ops import OpError
+from tvm_taso.search.egraph import EGraph, EGraphView
+
+log = logging.getLogger(__name__)
+
+# An elementwise e-node's share of its one-op kernel cost: it usually fuses into its producer.
+FUSED_SHARE = 0.1
+# Added per chosen e-node so that, of two equally priced choices, the smaller graph wins (and
+# the greedy choice is acyclic).
+EPSILON = 1e-4
+# HiGHS needs seconds for a few hundred e-nodes with the order constraints: larger e-graphs
+# get the greedy and local candidates only.
+ILP_MAX_ENODES = 300
+
+
+@dataclass
+class Extraction:
+    graph: Graph
+    cost: float
+    rules: tuple  # rules that created the e-nodes the graph uses
+    method: str  # which candidate won: "input", "greedy", "ilp"; "+local" when improved
+    seconds: float
+
+
+class Extractor:
+    def __init__(self, eg: EGraph, view: EGraphView, sub: Graph, roots: list[int], cost: CostModel,
+                 creator: dict, original: dict, kernel_memo: dict):
+        self.eg, self.view, self.sub = eg, view, sub
+        self.roots = [view.find(r) for r in roots]  # the output classes now (after the unions)
+        self.cost, self.creator = cost, creator
+        # the input graph's e-nodes, named by the classes they are in now (after the unions)
+        self.original = {}
+        for cid, e in original.items():
+            self.original.setdefault(view.find(cid), (e[0], e[1], tuple(view.find(c) for c in e[2])))
+        self.kernel_memo = kernel_memo
+        self.weights = self._weight_classes()
+        self.node_cost = {(cid, e): self._approx(cid, e) for cid, es in view.classes.items() for e in es}
+        self._parents: dict = {}
+        for cid, es in view.classes.items():
+            for e in es:
+                for ch in set(e[2]):
+                    self._parents.setdefault(ch, []).append((cid, e))
+        self._greedy, self._greedy_cost = self.greedy()
+
+    # -- the per-e-node approximation ----------------------------------------------------------
+    def _weight_classes(self) -> set[int]:
+        """Classes computable from constants alone (folded before codegen)."""
+        weights = set()
+        changed = True
+        while changed:
+            changed = False
+            for cid, enodes in self.view.classes.items():
+                if cid in weights:
+                    continue
+                for e in enodes:
+                    if (e[0] == "leaf" and self.eg.leaves[e[1]][0] == "const") or (
+                        e[0] != "leaf" and all(c in weights for c in e[2])
+                    ):
+                        weights.add(cid)
+                        changed = True
+                        break
+        return weights
+
+    def _approx(self, cid: int, e) -> float:
+        if e[0] != "node" or all(c in self.weights for c in e[2]):
+            return 0.0
+        op, attrs = self.eg.op_keys[e[1]]
+        kind = ops.OPS[op].kind
+        if kind == ops.VIEW:
+            return 0.0
+        types = self.view.types
+        kernel = Kernel(((op, attrs, tuple(("in", types[c][0]) for c in e[2])),),
+                        tuple(t for t in types[cid] if t is not None))
+        c = self.kernel_memo.get(kernel)
+        if c is None:
+            c = self.kernel_memo[kernel] = self.cost.kernel_cost(kernel)
+        return c * FUSED_SHARE if kind == ops.ELEMWISE else c
+
+    # -- candidates ------------------------------------------------------------------------------
+    def greedy(self) -> tuple[dict, dict]:
+        """Per class, the e-node of least tree cost (bottom-up to a fixed point): (choice, cost)."""
+        best = {cid: math.inf for cid in self.view.classes}
+        choice: dict = {}
+        changed = True
+        while changed:
+            changed = False
+            for cid, enodes in self.view.classes.items():
+                for e in enodes:
+                    c = self.node_cost[(cid, e)] + EPSILON + sum(best[ch] for ch in e[2])
+                    if c < best[cid] - 1e-12:
+                        best[cid], choice[cid] = c, e
+                        changed = True
+        return choice, best
+
+    def greedy_given(self, free: dict) -> dict:
+        """:meth:`greedy` with the classes of ``free`` (class -> e-node, already built) free:
+        only their ancestors can get cheaper, so the costs are lowered from there (a worklist)."""
+        best = dict(self._greedy_cost)
+        choice = dict(self._greedy)
+        work = list(free)
+        for cid, e in free.items():
+            best[cid], choice[cid] = 0.0, e
+        while work:
+            ch = work.pop()
+            for cid, e in self._parents.get(ch, ()):
+                if cid in free:
+                    continue
+                c = self.node_cost[(cid, e)] + EPSILON + sum(best[x] for x in e[2])
+                if c < best[cid] - 1e-12:
+                    best[cid], choice[cid] = c, e
+                    work.append(cid)
+        return choice
+
+    def ilp(self, deadline: float) -> dict | None:
+        """TENSAT's extraction ILP on the approximation, acyclic through an order variable per
+        class (a chosen e-node's class comes after its operands'); None if scipy finds no
+        solution in time."""
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_array
+
+        reach, stack = set(), list(self.roots)
+        while stack:
+            cid = stack.pop()
+            if cid not in reach:
+                reach.add(cid)
+                stack.extend(c for e in self.view.classes[cid] for c in e[2])
+        classes = sorted(reach)
+        var = [(cid, e) for cid in classes for e in self.view.classes[cid]]
+        if len(var) > ILP_MAX_ENODES:
+            return None
+        order = {cid: len(var) + k for k, cid in enumerate(classes)}  # order variables after the e-nodes
+        index = {v: i for i, v in enumerate(var)}
+        members = {cid: [index[(cid, e)] for e in self.view.classes[cid]] for cid in classes}
+        step = 1.0 / (len(classes) + 1)
+        rows, cols, vals, lower = [], [], [], []
+
+        def row(entries, lo):
+            r = len(lower)
+            for col, val in entries:
+                rows.append(r)
+                cols.append(col)
+                vals.append(val)
+            lower.append(lo)
+
+        for cid in dict.fromkeys(self.roots):
+            row([(i, 1.0) for i in members[cid]], 1.0)
+        for i, (cid, e) in enumerate(var):
+            for ch in dict.fromkeys(e[2]):
+                row([(j, 1.0) for j in members[ch]] + [(i, -1.0)], 0.0)
+                if ch == cid:
+                    row([(i, -1.0)], 0.0)  # an e-node reading its own class is never chosen
+                else:  # chosen: order[cid] >= order[ch] + step
+                    row([(order[cid], 1.0), (order[ch], -1.0), (i, -(1.0 + step))], -1.0)
+        n = len(var) + len(classes)
+        objective = np.concatenate([[self.node_cost[v] + EPSILON for v in var], np.zeros(len(classes))])
+        a = coo_array((vals, (rows, cols)), shape=(len(lower), n)).tocsr()
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        integrality = np.concatenate([np.ones(len(var)), np.zeros(len(classes))])
+        res = milp(objective, constraints=LinearConstraint(a, np.array(lower), np.inf), integrality=integrality,
+                   bounds=Bounds(0, 1), options={"time_limit": max(left, 0.01)})
+        if res.x is None:
+            log.debug("extraction ILP: %s", res.message)
+            return None
+        choice: dict = {}
+        for i in sorted(np.flatnonzero(res.x[: len(var)] > 0.5), key=lambda i: self.node_cost[var[i]]):
+            choice.setdefault(var[i][0], var[i][1])
+        return choice if self._cycle(choice) is None else None
+
+    def _cycle(self, choice: dict):
+        """The (class, e-node) pairs of a cycle the choice closes from the roots, or None."""
+        state: dict[int, int] = {}
+        path: list[int] = []
+
+        def visit(cid):
+            state[cid] = 1
+            path.append(cid)
+            for ch in choice[cid][2]:
+                s = state.get(ch, 0)
+                if s == 1:
+                    return path[path.index(ch):]
+                if s == 0:
+                    found = visit(ch)
+                    if found:
+                        return found
+            path.pop()
+            state[cid] = 2
+            return None
+
+        for r in self.roots:
+            if state.get(r, 0) == 0:
+                found = visit(r)
+                if found:
+                    return [(c, choice[c]) for c in found]
+        return None
+
+    # -- graphs ------------------------------------------------------------------------------------
+    def build(self, choice: dict, fallback: dict, root: int | None = None) -> tuple[Graph, dict] | None:
+        """The graph of ``choice`` (classes it lacks take ``fallback``'s e-node), with the
+        choices it used; None if they close a cycle or do not type-check. With ``root``, the
+        graph of that class alone."""
+        g = Graph()
+        for nid, node in self.sub.nodes.items():
+            if node.op in LEAVES:
+                g.nodes[nid] = node
+        g._next = self.sub._next
+        used: dict = {}
+        ref: dict = {}
+        on_path: set = set()
+        eg = self.eg
+
+        def visit(cid):
+            if cid in ref:
+                return ref[cid]
+            if cid in on_path:
+                raise _Cycle
+            e = choice.get(cid) or fallback.get(cid)
+            if e is None:
+                raise _Cycle
+            on_path.add(cid)
+            inputs = [visit(c) for c in e[2]]
+            on_path.discard(cid)
+            used[cid] = e
+            if e[0] == "leaf":
+                op, ty, payload, key, node_id = eg.leaves[e[1]]
+                nid = node_id if node_id is not None else g.add_leaf(op, ty, payload, key=key)
+                ref[cid] = (nid, 0)
+            elif e[0] == "get":
+                ref[cid] = (inputs[0][0], e[1])
+            else:
+                op, attrs = eg.op_keys[e[1]]
+                nid = g.add(op, inputs, dict(attrs))
+                ref[cid] = (nid, -1) if self.view.is_tuple(cid) else (nid, 0)
+            return ref[cid]
+
+        try:
+            g.outputs = [visit(r) for r in ([root] if root is not None else self.roots)]
+        except (_Cycle, OpError, RecursionError):
+            return None
+        g.prune()
+        return g, used
+
+    def run(self, deadline: float, use_ilp: bool = False) -> Extraction:
+        """The cheapest graph found by the deadline (see the module docstring)."""
+        t0 = time.perf_counter()
+        greedy = self._greedy
+        candidates = [("input", self.original), ("greedy", greedy)]
+        if use_ilp:
+            try:
+                found = self.ilp(deadline)
+            except (ValueError, MemoryError) as err:  # scipy rejecting a degenerate problem
+                log.debug("extraction ILP failed: %s", err)
+                found = None
+            if found is not None:
+                candidates.append(("ilp", found))
+        best = None
+        for method, choice in candidates:
+            built = self.build(choice, greedy)
+            if built is None:
+                continue
+            c = self.cost.cost(built[0])
+            if best is None or c < best[0] - 1e-9:
+                best = (c, method, built[0], built[1])
+        if best is None:  # no candidate built (cycles, or ops refusing operands): keep the input
+            log.debug("extraction built no candidate; the region stays as it was")
+            return Extraction(self.sub, self.cost.cost(self.sub), (), "none", time.perf_counter() - t0)
+        c, method, g, used = best
+        c2, g2, used2 = self._improve(c, g, used, greedy, deadline)
+        if c2 < c - 1e-9:
+            c, g, used, method = c2, g2, used2, method + "+local"
+        rules = tuple(sorted({self.creator[e] for e in used.values() if e in self.creator}))
+        return Extraction(g, c, rules, method, time.perf_counter() - t0)
+
+    def _improve(self, cost: float, g: Graph, used: dict, greedy: dict, deadline: float):
+        """Local improvement under the real cost: force one class to another of its e-nodes,
+        build what that e-node needs greedily, then choose everything else greedily with the
+        classes built so far for free (so outputs can share what the switch built, as merged
+        multi-output ops need); keep the first switch that lowers the cost, and repeat."""
+        tried = set()
+        improved = True
+        while improved:
+            improved = False
+            for cid in list(used):
+                for e in self.view.classes[cid]:
+                    if e == used.get(cid) or e[0] == "leaf" or (cid, e) in tried:
+                        continue
+                    if time.perf_counter() > deadline:
+                        return cost, g, used
+                    tried.add((cid, e))
+                    forced = self.build({cid: e}, greedy, root=cid)
+                    if forced is None:
+                        continue
+                    built = self.build(forced[1], self.greedy_given(forced[1]))
+                    if built is None:
+                        continue
+                    c = self.cost.cost(built[0])
+                    if c < cost - 1e-9:
+                        cost, (g, used) = c, built
+                        improved = True
+                        break
+                if improved:
+                    break
+        return cost, g, used
+
+
+class _Cycle(Exception):
+    pass
