@@ -46,7 +46,7 @@ import tvm_taso
 from tvm_taso.cli import checking
 from tvm_taso import target as targets
 from tvm_taso.cost.factory import make_cost_model
-from tvm_taso.cost.fusion import launched_kernels
+from tvm_taso.cost.kernel_build import launched_kernels
 from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
 from tvm_taso.guard import verdict
 from tvm_taso.io.onnx_export import export_onnx

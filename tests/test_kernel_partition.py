@@ -15,7 +15,7 @@ from tvm import relax
 
 import tvm_taso
 from tvm_taso import examples
-from tvm_taso.cost.fusion import tvm_kernel_count
+from tvm_taso.cost.kernel_build import tvm_kernel_count
 from tvm_taso.io.onnx_import import import_relax
 from tvm_taso.cost.model import groups, kernel_count, kernels
 from tvm_taso.ir.relax_bridge import BlockGraph

@@ -11,7 +11,8 @@ from .io.onnx_export import ExportError
 from .io.onnx_import import InputError
 from .io.onnx_model import OnnxModel, export_onnx, load_onnx
 from .optimize import TasoSkippedWarning, optimize
-from .rewrite.rule import Rule, RuleSyntaxError, default_rules, load_rules, parse_rules
+from .rewrite.rule import Rule, RuleSyntaxError, default_rules, parse_rules
+from .verify.admit import load_rules
 from . import passes
 
 passes.register()

@@ -15,7 +15,7 @@ from tvm import relax
 from tvm_taso import target as targets
 
 from tvm_taso.cost.factory import make_cost_model
-from tvm_taso.cost.fusion import launched_kernels
+from tvm_taso.cost.kernel_build import launched_kernels
 from tvm_taso.cost.model import CostModel
 from tvm_taso.guard import guard as measured_guard
 from tvm_taso.io.onnx_model import OnnxModel

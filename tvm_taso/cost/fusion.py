@@ -1,5 +1,4 @@
-"""The kernels TVM builds from a graph: FuseOps' partition run on the search's graph, and TVM's
-own count to check it against.
+"""The kernels TVM builds from a graph: FuseOps' partition run on the search's graph.
 
 TVM's default pipelines (cuda and llvm alike) legalize every Relax op to a TIR function, give it
 a fusion pattern (``AnnotateTIROpPattern``), fold constant expressions (``FoldConstant``), group
@@ -9,7 +8,8 @@ one kernel (``FuseTIR``); a group that is only a reshape becomes a view
 :class:`~tvm_taso.ir.graph.Graph`, with each op's pattern as ``AnnotateTIROpPattern`` gives it in
 0.27 (:data:`PATTERN`); an op the graph keeps opaque is legalized once to learn its pattern. It
 takes microseconds per region, where running TVM's passes takes 0.1-1 s: the search prices
-thousands of candidates. :func:`tvm_kernel_count` is TVM's own answer, for tests and reports.
+thousands of candidates. TVM's own count, to check it against, is
+:func:`tvm_taso.cost.kernel_build.tvm_kernel_count`.
 """
 
 from __future__ import annotations
@@ -321,43 +321,3 @@ def _legalize_one(value) -> tuple[int, int]:
     func = mod[calls[0].args[0]] if calls[0].args[0] in mod.functions else None
     pattern = func.attrs["op_pattern"] if func is not None and func.attrs and "op_pattern" in func.attrs else OPAQUE
     return int(pattern), 1
-
-
-def launched_kernels(mod, target) -> int | None:
-    """:func:`tvm_kernel_count` for a report: None for what is not a Relax module (an ONNX model)
-    or does not get through the passes; the host CPU's pipeline when there is no target (the
-    passes up to FuseTIR are the same for cuda and llvm)."""
-    import tvm
-
-    if not isinstance(mod, tvm.IRModule):
-        return None
-    try:
-        return tvm_kernel_count(mod, target if target is not None else "llvm")
-    except Exception:  # noqa: BLE001 - a count for the report must not fail the optimization
-        return None
-
-
-def tvm_kernel_count(mod, target) -> int:
-    """Kernels TVM launches for ``mod``'s Relax functions when built for ``target``: the
-    ``call_tir`` and ``call_dps_packed`` calls left after the target pipeline's passes up to
-    ``FuseTIR`` and ``RewriteDataflowReshape`` (library calls included)."""
-    import tvm
-    from tvm import relax
-
-    from tvm_taso import target as targets
-    from tvm_taso.cost.kernel_build import fused_module
-
-    target = targets.parse(target)
-    fused = relax.transform.RewriteDataflowReshape()(fused_module(mod, target))
-    count = 0
-
-    def visit(e):
-        nonlocal count
-        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name in (
-                "relax.call_tir", "relax.call_dps_packed"):
-            count += 1
-
-    for func in fused.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return count

@@ -163,3 +163,40 @@ def build_kernel(kernel: Kernel, target, database: str | None = None):
     mod = kernel_module(kernel)
     with target:
         return tvm.compile(mod, target=target, relax_pipeline=build_pipeline(target, database))
+
+
+def launched_kernels(mod, target) -> int | None:
+    """:func:`tvm_kernel_count` for a report: None for what is not a Relax module (an ONNX model)
+    or does not get through the passes; the host CPU's pipeline when there is no target (the
+    passes up to FuseTIR are the same for cuda and llvm)."""
+    import tvm
+
+    if not isinstance(mod, tvm.IRModule):
+        return None
+    try:
+        return tvm_kernel_count(mod, target if target is not None else "llvm")
+    except Exception:  # noqa: BLE001 - a count for the report must not fail the optimization
+        return None
+
+
+def tvm_kernel_count(mod, target) -> int:
+    """Kernels TVM launches for ``mod``'s Relax functions when built for ``target``: the
+    ``call_tir`` and ``call_dps_packed`` calls left after the target pipeline's passes up to
+    ``FuseTIR`` and ``RewriteDataflowReshape`` (library calls included)."""
+    import tvm
+    from tvm import relax
+
+    target = targets.parse(target)
+    fused = relax.transform.RewriteDataflowReshape()(fused_module(mod, target))
+    count = 0
+
+    def visit(e):
+        nonlocal count
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name in (
+                "relax.call_tir", "relax.call_dps_packed"):
+            count += 1
+
+    for func in fused.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return count

@@ -544,16 +544,9 @@ def parse_rules(text: str, where: str = "<string>") -> list[Rule]:
     return rules
 
 
-def load_rules(path: str | Path, trust: bool = False, check: bool = False) -> list[Rule]:
-    """The rules of a rule file (UTF-8 text), with the proof status each one's header gives.
-
-    Rules from outside the shipped library are not used on their word: before the search (or
-    ``ApplyRules``) uses them, :func:`tvm_taso.verify.admit.admit` proves or checks each one and
-    refuses, with a warning naming it and the counterexample, those that fail. ``check=True``
-    does that now, so the returned rules carry the status actually established (``proved`` or
-    ``checked``) and refused ones are left out. ``trust=True`` skips the checks: the rules are
-    used as written (status ``unverified``), and the log says so.
-    """
+def read_rules(path: str | Path) -> list[Rule]:
+    """The rules of a rule file (UTF-8 text), with the proof status each one's header gives
+    (:func:`tvm_taso.load_rules` also decides whether they may be used)."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -568,12 +561,7 @@ def load_rules(path: str | Path, trust: bool = False, check: bool = False) -> li
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise RuleSyntaxError(f"{path}:{line}:1: not a rule file: it holds binary data (NUL bytes)")
-    rules = parse_rules(text, str(path))
-    if trust or check:
-        from tvm_taso.verify.admit import admit
-
-        rules = admit(rules, trust=trust)
-    return rules
+    return parse_rules(text, str(path))
 
 
 def default_rules(include_unverified: bool = False) -> list[Rule]:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
-from tvm_taso.rewrite.rule import Rule
+from tvm_taso.rewrite.rule import Rule, read_rules
 
 log = logging.getLogger("tvm_taso")
 
@@ -142,3 +143,17 @@ def _never_fires(p, rule: Rule) -> bool:
     s = p.solver(ctx, p.first_attempt_rlimit, 1.0)
     s.add(problem.translate(ctx))
     return s.check() == z3.unsat
+
+
+def load_rules(path: str | Path, trust: bool = False, check: bool = False) -> list[Rule]:
+    """The rules of a rule file (UTF-8 text), with the proof status each one's header gives.
+
+    Rules from outside the shipped library are not used on their word: before the search (or
+    ``ApplyRules``) uses them, :func:`admit` proves or checks each one and refuses, with a
+    warning naming it and the counterexample, those that fail. ``check=True`` does that now, so
+    the returned rules carry the status actually established (``proved`` or ``checked``) and
+    refused ones are left out. ``trust=True`` skips the checks: the rules are used as written
+    (status ``unverified``), and the log says so.
+    """
+    rules = read_rules(path)
+    return admit(rules, trust=trust) if trust or check else rules
