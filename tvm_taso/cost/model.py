@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tvm_taso.cost.fusion import Group, partition
 from tvm_taso.ir import ops
-from tvm_taso.ir.graph import LEAVES, Graph
+from tvm_taso.ir.graph import Graph, weight_only
 
 
 @dataclass(frozen=True)
@@ -70,22 +70,6 @@ def _jsonable(v):
 
 def _hashable(v):
     return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
-
-
-def weight_only(g: Graph) -> set[int]:
-    """Nodes computed from constants alone: folded before codegen, so they cost nothing."""
-    return g.derived("weight_only", _weight_only)
-
-
-def _weight_only(g: Graph) -> set[int]:
-    folded: set[int] = set()
-    for nid in g.topo_order():
-        n = g.nodes[nid]
-        if n.op == "const" or (
-            n.op not in LEAVES and n.op != "opaque" and n.inputs and all(s in folded for s, _ in n.inputs)
-        ):
-            folded.add(nid)
-    return folded
 
 
 def groups(g: Graph) -> list[Group]:

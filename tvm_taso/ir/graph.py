@@ -236,13 +236,32 @@ def _hash(g: Graph, canonical_leaves: bool) -> str:
     return h.hexdigest()
 
 
+def weight_only(g: Graph) -> set[int]:
+    """Nodes computed from constants alone: folded before codegen, so they cost nothing."""
+    return g.derived("weight_only", _weight_only)
+
+
+def _weight_only(g: Graph) -> set[int]:
+    folded: set[int] = set()
+    for nid in g.topo_order():
+        n = g.nodes[nid]
+        if n.op == "const" or (
+            n.op not in LEAVES and n.op != "opaque" and n.inputs and all(s in folded for s, _ in n.inputs)
+        ):
+            folded.add(nid)
+    return folded
+
+
 def fold_constants(graph: Graph) -> int:
     """Replace every known op whose operands are all constants by its value (TASO's weight
     preprocessing). Returns the number of ops folded."""
     folded = 0
     mapping: dict[Ref, Ref] = {}
     values: dict[Ref, np.ndarray] = {}
+    foldable = weight_only(graph)
     for nid in graph.topo_order():
+        if nid not in foldable:
+            continue
         n = graph.nodes[nid]
         if n.op == "const":
             values[(nid, 0)] = n.payload[0]

@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tvm_taso.rewrite import match
-from tvm_taso.cost.model import CostModel, weight_only
-from tvm_taso.ir.graph import LEAVES, Graph, Ref, fold_constants
+from tvm_taso.cost.model import CostModel
+from tvm_taso.ir.graph import LEAVES, Graph, Ref, fold_constants, weight_only
 from tvm_taso.rewrite.rule import Rule
 
 log = logging.getLogger(__name__)
