@@ -86,19 +86,31 @@ def measure_kernel(
     run together); ``fn`` ("module:function", taking ``(request, progress)``) replaces
     :func:`run_measurement` (tests inject failures with it)."""
     tstr = targets.canonical(target)
-    request = {
+    request = measurement_request(kernel, tstr, repeats, warmup, min_repeat_ms, database, fn or RUN_MEASUREMENT)
+    result = run_request(request, timeout, (worker or shared_worker()) if isolate else None,
+                         lambda r: resolve(r["fn"])(r, lambda phase: None))
+    return result_record(kernel, db_target(tstr, database), result)
+
+
+def measurement_request(kernel: Kernel, tstr: str, repeats: int, warmup: int, min_repeat_ms: int,
+                        database: str | None, fn: str) -> dict:
+    """What a worker needs to build and time ``kernel`` for the canonical target ``tstr``."""
+    return {
         "kernel": kernel.to_json(), "target": tstr, "repeats": repeats, "warmup": warmup,
         "min_repeat_ms": min_repeat_ms, "database": os.path.abspath(database) if database else None,
-        "fn": fn or RUN_MEASUREMENT,
+        "fn": fn,
     }
-    if isolate:
-        result = (worker or shared_worker()).request(request, timeout)
-    else:
-        try:
-            result = resolve(request["fn"])(request, lambda phase: None)
-        except Exception as err:  # noqa: BLE001
-            result = {"status": "runtime_error", "error": short_error(err)}
-    return result_record(kernel, db_target(tstr, database), result)
+
+
+def run_request(request: dict, timeout: float, worker: Worker | None, run_inline) -> dict:
+    """``request``'s result dict: from ``worker`` (bounded by ``timeout``) when given, else from
+    ``run_inline(request)`` in this process, an exception becoming a ``runtime_error`` result."""
+    if worker is not None:
+        return worker.request(request, timeout)
+    try:
+        return run_inline(request)
+    except Exception as err:  # noqa: BLE001 - the kernel's failure is a record, not an error
+        return {"status": "runtime_error", "error": short_error(err)}
 
 
 def result_record(kernel: Kernel, target: str, result: dict) -> Record:

@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tvm_taso import target as targets
 from tvm_taso.cost.database import MeasurementDB, Record
 from tvm_taso.cost.kernel_build import MeasureError, build_kernel, kernel_inputs
-from tvm_taso.cost.measure import MeasuredCost, db_target, result_record
+from tvm_taso.cost.measure import MeasuredCost, db_target, measurement_request, result_record, run_request
 from tvm_taso.cost.model import Kernel
 from tvm_taso.cost.worker import Worker, import_path, short_error
 
@@ -252,19 +252,11 @@ class RPCMeasurer:
         **_ignored,
     ) -> Record:
         tstr = targets.canonical(target)
-        request = {
-            "kernel": kernel.to_json(), "target": tstr, "repeats": repeats, "warmup": warmup,
-            "min_repeat_ms": min_repeat_ms, "database": os.path.abspath(database) if database else None,
-            "fn": "tvm_taso.cost.rpc:run_remote_measurement", "rpc": self.config(timeout),
-        }
+        request = measurement_request(kernel, tstr, repeats, warmup, min_repeat_ms, database,
+                                      "tvm_taso.cost.rpc:run_remote_measurement")
+        request["rpc"] = self.config(timeout)
         t0 = time.perf_counter()
-        if self.isolate:
-            result = self.worker.request(request, timeout)
-        else:
-            try:
-                result = run_remote_measurement(request)
-            except Exception as err:  # noqa: BLE001
-                result = {"status": "runtime_error", "error": short_error(err)}
+        result = run_request(request, timeout, self.worker if self.isolate else None, run_remote_measurement)
         self.seconds += time.perf_counter() - t0
         error = str(result.get("error") or "")
         if error.startswith(UNAVAILABLE):
