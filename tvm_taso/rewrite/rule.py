@@ -76,6 +76,11 @@ class Tup:
     items: tuple
 
 
+# Rule.established values set outside admission: the shipped library, and rules trusted on request
+SHIPPED = "shipped"
+TRUSTED = "trusted"
+
+
 @dataclass
 class Rule:
     name: str
@@ -575,5 +580,5 @@ def default_rules(include_unverified: bool = False) -> list[Rule]:
     for f in files:
         rules.extend(parse_rules(f.read_text(), f"rules/{f.name}"))
     for r in rules:
-        r.established = "shipped"
+        r.established = SHIPPED
     return [r for r in rules if include_unverified or r.proof != "unverified"]

@@ -20,12 +20,10 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from tvm_taso.rewrite.rule import Rule, read_rules
+from tvm_taso.rewrite.rule import TRUSTED, Rule, read_rules
 
 log = logging.getLogger("tvm_taso")
 
-SHIPPED = "shipped"
-TRUSTED = "trusted"
 SAMPLE_SECONDS = 1.0  # random instances per rule, at most
 ENOUGH = 30  # instances that fired: the check stops there
 MIN_FIRED = 2  # instances that must fire (and agree) for a rule to count as checked
