@@ -25,7 +25,7 @@ from tvm_taso.ir.ops import OpError
 from tvm_taso.ir.relax_bridge import BlockGraph, foreign_function
 from tvm_taso.rewrite.rule import Rule, default_rules
 from tvm_taso.search.backtrack import SearchStats
-from tvm_taso.search.eqsat import SEARCH, check_search, search
+from tvm_taso.search.eqsat import check_search, search
 from tvm_taso.search.options import validate
 from tvm_taso.verify.admit import admit
 
@@ -116,18 +116,14 @@ def optimize(
     deadline = t0 + time_limit
     bar = _progress_bar(mod) if progress else None
     extra = {}
-    search_kind = SEARCH.set(search)  # the drivers' search() calls run the chosen search
-    try:
-        if isinstance(mod, OnnxModel):
-            new_mod, cost_before, cost_after, folded, extra = optimize_onnx(
-                mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain
-            )
-        else:
-            new_mod, cost_before, cost_after, folded = _optimize_module(
-                mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain
-            )
-    finally:
-        SEARCH.reset(search_kind)
+    if isinstance(mod, OnnxModel):
+        new_mod, cost_before, cost_after, folded, extra = optimize_onnx(
+            mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search
+        )
+    else:
+        new_mod, cost_before, cost_after, folded = _optimize_module(
+            mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search
+        )
     if bar is not None:
         bar.close()
     if new_mod is not mod and not isinstance(mod, OnnxModel) and tvm_ffi.structural_equal(new_mod, mod):
@@ -200,8 +196,9 @@ def optimize(
     return new_mod, report
 
 
-def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain):
-    """Search every Relax function of ``mod``: (new module, cost before, cost after, folded)."""
+def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, kind):
+    """Search every Relax function of ``mod`` with the search ``kind``: (new module, cost before,
+    cost after, folded)."""
     cost_before = cost_after = 0.0
     folded = 0
     new_mod = mod
@@ -215,7 +212,8 @@ def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, sta
         fstats = SearchStats()
         try:
             new_func, before, after, nfold = _optimize_function(
-                func, fname, rules, cost, alpha, budget, deadline, region_size, fstats, skipped, bar, min_gain
+                func, fname, rules, cost, alpha, budget, deadline, region_size, fstats, skipped, bar, min_gain,
+                kind
             )
         except Exception as err:  # noqa: BLE001 - never fail the user's pipeline
             log.debug("optimizing %s failed", fname, exc_info=True)
@@ -238,7 +236,7 @@ def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, sta
 
 
 def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar,
-                       min_gain):
+                       min_gain, kind):
     body = func.body
     if not isinstance(body, relax.SeqExpr):
         skipped[f"@{fname}: body is not a sequence of blocks"] += 1
@@ -277,6 +275,7 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
             bstats,
             progress=bar.update if bar is not None else None,
             min_gain=min_gain,
+            kind=kind,
         )
         nfold = fold_constants(g)
         c1 = cost.cost(g)

@@ -23,7 +23,6 @@ so one exploding rule (pairwise merges) does not starve the others (egg's backof
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 from dataclasses import dataclass
@@ -171,9 +170,6 @@ class EqsatRegion:
 
 # The search ``optimize`` asked for, so that the block and ONNX drivers, which call
 # :func:`search` with backtracking's arguments, need not pass it along.
-SEARCH = contextvars.ContextVar("tvm_taso_search", default="backtrack")
-
-
 def check_search(kind: str) -> None:
     """ValueError for an unknown search; ImportError when eqsat is asked for without egglog."""
     if kind not in SEARCHES:
@@ -184,11 +180,10 @@ def check_search(kind: str) -> None:
 
 def search(g: Graph, rules: list[Rule], cost: CostModel, alpha: float = 1.05, budget: int = 200,
            time_limit: float = 60.0, region_size: int = 32, stats: SearchStats | None = None, progress=None,
-           patience: int = 64, min_gain: float = 1e-6, kind: str | None = None,
+           patience: int = 64, min_gain: float = 1e-6, kind: str = "backtrack",
            limits: EqsatLimits | None = None) -> Graph:
     """:func:`tvm_taso.search.backtrack.search` with the region search ``kind`` (one of
-    :data:`SEARCHES`; default :data:`SEARCH`'s value)."""
-    kind = kind or SEARCH.get()
+    :data:`SEARCHES`)."""
     check_search(kind)
     region_search = None
     if kind != "backtrack":
