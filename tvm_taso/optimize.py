@@ -175,7 +175,7 @@ def optimize(
     report["kernels_before"] = launched_kernels(mod, target)
     report["kernels_after"] = report["kernels_before"] if new_mod is mod else launched_kernels(new_mod, target)
     if stats.regions_cut_short:
-        log.warning("tvm-taso: time_limit=%gs cut the search short in %d region(s); the result may differ "
+        log.warning("time_limit=%gs cut the search short in %d region(s); the result may differ "
                     "from run to run (raise time_limit, or bound the search by budget)",
                     time_limit, stats.regions_cut_short)
     _strict_json(report)
@@ -187,7 +187,7 @@ def optimize(
             stacklevel=2,
         )
     log.info(
-        "tvm-taso: cost %.1f -> %.1f us in %.2f s, applied %s",
+        "cost %.1f -> %.1f us in %.2f s, applied %s",
         cost_before,
         cost_after,
         seconds,

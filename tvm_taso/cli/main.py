@@ -55,8 +55,7 @@ class _Formatter(logging.Formatter):
         self.verbose = verbose
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage().removeprefix("tvm-taso: ")
-        text = f"tvm-taso: {record.levelname.lower()}: {message}"
+        text = f"tvm-taso: {record.levelname.lower()}: {record.getMessage()}"
         if self.verbose and record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text

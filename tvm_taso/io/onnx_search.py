@@ -49,7 +49,7 @@ def optimize_onnx(model: OnnxModel, rules, cost, alpha, budget, deadline, region
             proto = bridge.write(g)
         except RewriteRejected as err:
             more = bridge.owners_to_freeze(g, err.nids) - frozen
-            log.info("tvm-taso: rewrite not applied (%s); searching again without it", err)
+            log.info("rewrite not applied (%s); searching again without it", err)
             rejected.append(str(err))
             stats.absorb(bstats, kept=False)
             if not more:

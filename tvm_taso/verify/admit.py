@@ -58,14 +58,14 @@ def admit(rules, trust: bool = False, refused: list | None = None) -> list[Rule]
             continue
         status, reason = judge(rule)
         if status == "refused":
-            log.warning("tvm-taso: refused rule %s (%s): %s", rule.name, rule.where, reason)
+            log.warning("refused rule %s (%s): %s", rule.name, rule.where, reason)
             if refused is not None:
                 refused.append(Refusal(rule.name, rule.where, reason))
             continue
-        log.info("tvm-taso: rule %s %s (%s)", rule.name, status, reason)
+        log.info("rule %s %s (%s)", rule.name, status, reason)
         out.append(dataclasses.replace(rule, proof=status, established=status))
     if trusted:
-        log.warning("tvm-taso: %d rule(s) used unchecked, trusted as written: %s", len(trusted), ", ".join(trusted))
+        log.warning("%d rule(s) used unchecked, trusted as written: %s", len(trusted), ", ".join(trusted))
     return out
 
 
