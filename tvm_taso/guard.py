@@ -1,19 +1,30 @@
-"""The guard: keep a rewrite only when it is measured faster end to end.
+"""The guard: keep a rewrite only when it is measured faster.
 
 A cost model is a prediction; the guard makes "never slower than before" a measured fact, at
 the price of two builds. :func:`guard` compiles the original and the rewritten module for the
 target, times them side by side on this machine's device and keeps the rewrite only if it won
 at least three rounds in four (:func:`is_faster`). :func:`verdict` is that decision on builds
 made elsewhere (the benchmark harness passes MetaSchedule-tuned ones).
+
+:class:`RegionGuard` makes the same decision region by region, during the search: each
+rewritten region is built and timed against the original region, and only the regions that
+measure faster are spliced in, so one rewrite that does not pay no longer costs the model every
+rewrite that does. The whole-module guard stays the last word.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
+from pathlib import Path
 
 from tvm_taso import target as targets
+from tvm_taso.cost.database import MeasurementDB, Record
+from tvm_taso.cost.kernel_build import graph_module, random_inputs
 from tvm_taso.cost.latency import CompiledModule, compare_builds, compare_modules
+from tvm_taso.files import cache_dir
+from tvm_taso.ir.graph import Graph, fold_constants
 from tvm_taso.runtime import inputs_for
 
 log = logging.getLogger("tvm_taso.guard")
@@ -63,3 +74,76 @@ def guard(before, after, target, repeats: int = 7) -> dict:
         log.warning("guard: timing failed (%s: %s); keeping the original", type(err).__name__, err)
         return {"kept": False, "measured": False, "reason": f"timing failed: {type(err).__name__}: {err}"}
     return dict(decide(result), seconds=time.perf_counter() - t0)
+
+
+class RegionGuard:
+    """Decide region by region, from measurements, whether a rewrite is kept.
+
+    Called by the search (``judge`` of :func:`tvm_taso.search.backtrack.search`) with the
+    original region and the rewrite it chose, as graphs. Both are folded (weight-only ops are
+    constants after TVM's FoldConstant), built with the target's default pipeline
+    (:func:`~tvm_taso.cost.kernel_build.graph_module`: leaves are parameters, an opaque call is
+    left out, being the same on both sides) and timed side by side, ``repeats`` rounds
+    alternating (:func:`~tvm_taso.cost.latency.compare_builds`). The rewrite is kept when it won
+    at least three rounds in four (:func:`is_faster`); a region that cannot be built or run is
+    not faster.
+
+    Every comparison is a :class:`~tvm_taso.cost.database.Record` in ``regions.jsonl`` beside
+    the kernel measurements (``db``: a path or a :class:`MeasurementDB`), keyed by the two
+    regions' shape hashes: a repeated layer, or a second run, measures nothing new.
+    """
+
+    def __init__(self, target, repeats: int = 7, min_repeat_ms: int = 20, time_limit: float = 20.0,
+                 db: MeasurementDB | str | Path | None = None):
+        self.target = targets.parse(target)
+        self.target_key = targets.canonical(self.target)
+        self.repeats, self.min_repeat_ms, self.time_limit = repeats, min_repeat_ms, time_limit
+        self.db = db if isinstance(db, MeasurementDB) else MeasurementDB(
+            Path(db) if db is not None else cache_dir() / "regions.jsonl")
+        self.seconds = 0.0  # spent measuring
+
+    def __call__(self, before: Graph, after: Graph) -> dict:
+        key = hashlib.sha256(f"{before.shape_hash()}:{after.shape_hash()}".encode()).hexdigest()[:32]
+        record = self.db.get(key, self.target_key)
+        cached = record is not None
+        if record is None:
+            t0 = time.perf_counter()
+            record = self._measure(key, before, after)
+            self.seconds += time.perf_counter() - t0
+            self.db.add(record)
+        timing = record.kernel.get("timing") if record.ok else None
+        if timing is None:
+            decision = {"kept": False, "reason": f"could not be timed: {record.error}"}
+        else:
+            kept = is_faster(timing)
+            decision = dict(timing, kept=kept, reason=KEPT if kept else REVERTED)
+        decision["from_database"] = cached
+        log.info("region: %s (%s)%s", "kept" if decision["kept"] else "dropped", decision["reason"]
+                 if timing is None else f"{timing['ratio']:.3f}x, quartiles {timing['ratio_low']:.3f}-"
+                 f"{timing['ratio_high']:.3f}", ", from the database" if cached else "")
+        return decision
+
+    def _measure(self, key: str, before: Graph, after: Graph) -> Record:
+        regions = {"before": before.copy(), "after": after.copy()}
+        data = {name: g.describe() for name, g in regions.items()}
+        try:
+            builds = {}
+            for name, g in regions.items():
+                fold_constants(g)
+                mod, refs = graph_module(g)
+                builds[name] = CompiledModule(mod, self.target, random_inputs([g.type_of(r) for r in refs]))
+            timing = compare_builds(builds, self.repeats, self.min_repeat_ms, self.time_limit)
+        except Exception as err:  # noqa: BLE001 - a region that does not build or run is not faster
+            log.debug("timing a region failed", exc_info=True)
+            return Record(key, self.target_key, {"regions": data}, "build_error",
+                          error=f"{type(err).__name__}: {err}".splitlines()[0])
+        samples = timing.pop("samples_ms")
+        return Record(key, self.target_key, {"regions": data, "timing": timing}, "ok",
+                      median_us=timing["after_ms"] * 1e3, samples_us=[ms * 1e3 for ms in samples["after"]])
+
+    def summary(self, decisions: list[dict]) -> dict:
+        """The report's account of the search's ``decisions`` (:attr:`SearchStats.decisions`)."""
+        kept = sum(d["kept"] for d in decisions)
+        return {"target": self.target_key, "regions": len(decisions), "kept": kept, "dropped": len(decisions) - kept,
+                "from_database": sum(d["from_database"] for d in decisions), "seconds": self.seconds,
+                "database": str(self.db.path), "decisions": decisions}

@@ -17,6 +17,7 @@ from tvm_taso import target as targets
 from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.cost.kernel_build import launched_kernels
 from tvm_taso.cost.model import CostModel
+from tvm_taso.guard import RegionGuard
 from tvm_taso.guard import guard as measured_guard
 from tvm_taso.io.onnx_model import OnnxModel
 from tvm_taso.io.onnx_search import guard_onnx, optimize_onnx
@@ -50,6 +51,7 @@ def optimize(
     guard_repeats: int = 7,
     min_gain: float = 1e-6,
     search: str = "backtrack",
+    region_guard=None,
 ) -> tuple[tvm.IRModule, dict]:
     """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
 
@@ -85,6 +87,14 @@ def optimize(
         kept and the report says so. A callable
         ``guard(before, after) -> dict`` (with at least ``"kept"``) decides instead, e.g. on
         MetaSchedule-tuned builds; its dict becomes ``report["guard"]``.
+    region_guard : decide region by region, during the search, from measurements: each
+        rewritten region is built and timed against the original region side by side on this
+        machine's device, and only the regions measured faster are kept
+        (:class:`tvm_taso.guard.RegionGuard`; comparisons are stored, so a second run measures
+        nothing new). ``None`` (default): on when ``guard=True`` or the cost model measures
+        (``"measure"``) and the target's device is here; ``True``/``False`` force it; a
+        ``RegionGuard`` is used as is. ``report["region_guard"]`` lists every region's verdict
+        (speedup with quartiles, kept or dropped); the whole-module ``guard`` still has the last word.
 
     Returns ``(new_mod, report)``; the report is strict JSON (``json.dumps(report,
     allow_nan=False)`` works): ``cost_before``, ``cost_after`` (microseconds, by the cost model;
@@ -108,6 +118,7 @@ def optimize(
     refused: list = []
     rules = default_rules() if rules is None else admit(list(rules), refused=refused)
     cost = make_cost_model(cost_model, target)
+    judge = _region_guard(region_guard, guard, cost, target, guard_repeats)
     stats = SearchStats()
     skipped: Counter = Counter()
     cost_before = cost_after = 0.0
@@ -118,11 +129,11 @@ def optimize(
     extra = {}
     if isinstance(mod, OnnxModel):
         new_mod, cost_before, cost_after, folded, extra = optimize_onnx(
-            mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search
+            mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search, judge
         )
     else:
         new_mod, cost_before, cost_after, folded = _optimize_module(
-            mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search
+            mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search, judge
         )
     if bar is not None:
         bar.close()
@@ -155,8 +166,9 @@ def optimize(
         "rewrites": stats.rewrites,
         "rules_refused": [r.to_json() for r in refused],
         **extra,
+        **({"region_guard": judge.summary(stats.decisions)} if judge is not None else {}),
         "settings": {"alpha": alpha, "budget": budget, "time_limit": time_limit, "region_size": region_size,
-                     "min_gain": min_gain, "search": search,
+                     "min_gain": min_gain, "search": search, "region_guard": judge is not None,
                      "guard": guard if isinstance(guard, bool) else getattr(guard, "__name__", type(guard).__name__)},
     }
     if guard and new_mod is not mod:
@@ -196,7 +208,8 @@ def optimize(
     return new_mod, report
 
 
-def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, kind):
+def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, kind,
+                     judge=None):
     """Search every Relax function of ``mod`` with the search ``kind``: (new module, cost before,
     cost after, folded)."""
     cost_before = cost_after = 0.0
@@ -213,7 +226,7 @@ def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, sta
         try:
             new_func, before, after, nfold = _optimize_function(
                 func, fname, rules, cost, alpha, budget, deadline, region_size, fstats, skipped, bar, min_gain,
-                kind
+                kind, judge
             )
         except Exception as err:  # noqa: BLE001 - never fail the user's pipeline
             log.debug("optimizing %s failed", fname, exc_info=True)
@@ -236,7 +249,7 @@ def _optimize_module(mod, rules, cost, alpha, budget, deadline, region_size, sta
 
 
 def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar,
-                       min_gain, kind):
+                       min_gain, kind, judge=None):
     body = func.body
     if not isinstance(body, relax.SeqExpr):
         skipped[f"@{fname}: body is not a sequence of blocks"] += 1
@@ -276,6 +289,7 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
             progress=bar.update if bar is not None else None,
             min_gain=min_gain,
             kind=kind,
+            judge=judge,
         )
         nfold = fold_constants(g)
         c1 = cost.cost(g)
@@ -296,6 +310,25 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
     seq = relax.BlockBuilder().normalize(relax.SeqExpr(blocks, body.body))
     new_func = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs, func.span)
     return new_func, before, after, folded
+
+
+def _region_guard(region_guard, guard, cost, target, repeats: int) -> RegionGuard | None:
+    """The region judge ``optimize`` was asked for (see its ``region_guard``), or None."""
+    if isinstance(region_guard, RegionGuard):
+        return region_guard
+    if region_guard not in (None, True, False):
+        raise ValueError(f"region_guard must be None, True, False or a RegionGuard, got {region_guard!r}")
+    if region_guard is False:
+        return None
+    if region_guard is None and not (guard is True or cost.name == "measure"):
+        return None
+    target = targets.parse(target if target is not None else "llvm")
+    if targets.device(target) is None:
+        if region_guard:
+            log.warning("region_guard: no %s device here to time regions on; deciding by the cost model",
+                        target.kind.name)
+        return None
+    return RegionGuard(target, repeats=repeats)
 
 
 def _strict_json(report: dict) -> None:

@@ -63,8 +63,9 @@ def add_model_commands(sub) -> None:
                      help="run original and optimized models in onnxruntime on the same random inputs (by name, "
                      "dynamic dimensions at two sizes) and compare every output by name; fail on any mismatch")
     opt.add_argument("--guard", action="store_true",
-                     help="time the rewritten model against the original through TVM on --target (this "
-                     "machine's device) and keep it only if measured faster")
+                     help="time each rewritten region against the original region, then the rewritten model "
+                     "against the original, through TVM on --target (this machine's device); keep only what "
+                     "measures faster")
     opt.add_argument("--report", metavar="REPORT.json", help="write the search report as JSON")
     opt.add_argument("--html", metavar="REPORT.html", help="write a report to open in a browser")
     opt.set_defaults(func=cmd_optimize)
@@ -260,6 +261,10 @@ def _print_summary(report: dict) -> None:
     print("rules applied    " + (", ".join(f"{k} x{v}" for k, v in report["applied"].items()) or "none"))
     for s in report["skipped"]:
         print(f"left as is       {s['what']} (x{s['count']})")
+    regions = report.get("region_guard")
+    if regions and regions["regions"]:
+        print(f"regions timed    {regions['regions']}: {regions['kept']} kept, {regions['dropped']} dropped "
+              f"({regions['from_database']} from the database, {regions['seconds']:.1f} s measuring)")
     guard = report.get("guard")
     if guard and guard.get("measured"):
         print(f"guard            {guard['ratio']:.3f}x measured through TVM "

@@ -87,23 +87,79 @@ def _select_outputs(kernel, values, types, consumed) -> list:
 
 
 def kernel_inputs(kernel: Kernel, seed: int = 0) -> list[np.ndarray]:
-    """Random arrays for the kernel's external inputs, in parameter order (small integers for
-    integer inputs, so that index-like operands stay in range)."""
+    """Random arrays for the kernel's external inputs, in parameter order."""
+    return random_inputs([o[1] for _, _, operands in kernel.ops for o in operands if o[0] == "in"], seed)
+
+
+def random_inputs(types, seed: int = 0) -> list[np.ndarray]:
+    """Random arrays of the given tensor types (small integers for integer types, so that
+    index-like operands stay in range)."""
     rng = np.random.default_rng(seed)
     arrays = []
-    for _, _, operands in kernel.ops:
-        for o in operands:
-            if o[0] != "in":
-                continue
-            shape, dtype = tuple(o[1].shape), o[1].dtype
-            kind = np.dtype(dtype).kind
-            if kind == "f":
-                arrays.append(rng.standard_normal(shape).astype(dtype))
-            elif kind == "b":
-                arrays.append(rng.integers(0, 2, shape).astype(dtype))
-            else:
-                arrays.append(rng.integers(0, 4, shape).astype(dtype))
+    for ty in types:
+        shape, dtype = tuple(ty.shape), ty.dtype
+        kind = np.dtype(dtype).kind
+        if kind == "f":
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+        elif kind == "b":
+            arrays.append(rng.integers(0, 2, shape).astype(dtype))
+        else:
+            arrays.append(rng.integers(0, 4, shape).astype(dtype))
     return arrays
+
+
+def graph_module(g) -> tuple:
+    """A search graph (a region) as a Relax ``main``: ``(module, the ref each parameter
+    stands for)``. Every leaf
+    is a parameter (weights too: a region is timed on its shapes; fold the weight-only ops
+    first, as TVM will), and so is every output of an opaque node -- it is the same call
+    before and after a rewrite, so it is left out of the timing. The function returns the
+    graph's outputs (a tuple when there are several)."""
+    import tvm
+    from tvm import relax
+
+    from tvm_taso.ir import ops
+    from tvm_taso.ir.graph import LEAVES
+
+    params: list = []
+    refs: list = []
+    values: dict = {}
+    bb = relax.BlockBuilder()
+
+    def param(ref, ty):
+        if ty is None:
+            raise MeasureError("the region reads a tuple-valued input")
+        var = relax.Var(f"p{len(params)}", relax.TensorType(tuple(ty.shape), ty.dtype))
+        params.append(var)
+        refs.append(ref)
+        values[ref] = var
+
+    order = g.topo_order()
+    external = {nid for nid in order if g.nodes[nid].op in LEAVES or g.nodes[nid].op == "opaque"}
+    read = [r for nid in order if nid not in external for r in g.nodes[nid].inputs] + list(g.outputs)
+    for ref in dict.fromkeys(r for r in read if r[0] in external):
+        param(ref, g.nodes[ref[0]].types[ref[1]] if ref[1] >= 0 else None)
+    with bb.function("main", params):
+        with bb.dataflow():
+            for nid in order:
+                n = g.nodes[nid]
+                if n.op in LEAVES or n.op == "opaque":
+                    continue
+                if any(r not in values for r in n.inputs):
+                    raise MeasureError(f"{n.op} reads a tuple-valued input")
+                call = bb.emit(ops.OPS[n.op].build([values[r] for r in n.inputs], n.attr))
+                if isinstance(call.ty, relax.TupleType):
+                    for i in range(len(call.ty.fields)):
+                        values[(nid, i)] = bb.emit(relax.TupleGetItem(call, i))
+                else:
+                    values[(nid, 0)] = call
+            if any(r not in values for r in g.outputs):
+                raise MeasureError("the region writes a tuple-valued output")
+            results = [values[r] for r in g.outputs]
+            out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    return (tvm.IRModule({"main": mod["main"]}) if len(mod.functions) > 1 else mod), refs
 
 
 def _backend(target):

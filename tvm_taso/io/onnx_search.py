@@ -25,10 +25,11 @@ MAX_ATTEMPTS = 6
 
 def optimize_onnx(model: OnnxModel, rules, cost, alpha, budget, deadline, region_size, stats: SearchStats,
                   skipped: Counter, bar=None, min_gain: float = 1e-6,
-                  kind: str = "backtrack") -> tuple[OnnxModel, float, float, int, dict]:
+                  kind: str = "backtrack", judge=None) -> tuple[OnnxModel, float, float, int, dict]:
     """Search ``model``'s graph; returns (optimized model, cost before, cost after, constants
     folded, facts for the report), with the search ``kind`` (one of
-    :data:`tvm_taso.search.eqsat.SEARCHES`). ``stats`` and ``skipped`` (opaque nodes by ONNX op type,
+    :data:`tvm_taso.search.eqsat.SEARCHES`) and the region ``judge`` (:class:`tvm_taso.guard.RegionGuard`)
+    if any. ``stats`` and ``skipped`` (opaque nodes by ONNX op type,
     each named once) are updated."""
     frozen: set[int] = set()
     rejected: list[str] = []
@@ -38,7 +39,7 @@ def optimize_onnx(model: OnnxModel, rules, cost, alpha, budget, deadline, region
         c0 = cost.cost(g0)
         bstats = SearchStats()
         g = search(g0, rules, cost, alpha, budget, max(0.0, deadline - time.perf_counter()), region_size, bstats,
-                   progress=bar.update if bar is not None else None, min_gain=min_gain, kind=kind)
+                   progress=bar.update if bar is not None else None, min_gain=min_gain, kind=kind, judge=judge)
         folded = fold_constants(g)
         c1 = cost.cost(g)
         facts = {"priced_dims": dict(model.dims), "rejected_rewrites": rejected}

@@ -39,6 +39,7 @@ class SearchStats:
     egraph_classes: int = 0
     extraction_seconds: float = 0.0
     extraction_methods: Counter = field(default_factory=Counter)  # which extraction candidate won
+    decisions: list = field(default_factory=list)  # a judge's verdict on each rewritten region
 
     def absorb(self, other: "SearchStats", kept: bool) -> None:
         """Add ``other``'s work; its results (rules, curve, rewrites) only if they were ``kept``."""
@@ -53,6 +54,7 @@ class SearchStats:
         self.egraph_classes = max(self.egraph_classes, other.egraph_classes)
         self.extraction_seconds += other.extraction_seconds
         self.extraction_methods.update(other.extraction_methods)
+        self.decisions.extend(other.decisions)
         if kept:
             self.folded += other.folded
             self.applied.update(other.applied)
@@ -268,12 +270,15 @@ def search(
     patience: int = 64,
     region_search=None,
     min_gain: float = 1e-6,
+    judge=None,
 ) -> Graph:
     """Optimize ``g`` region by region; see the module docstring. A region shaped like one
     already searched (a repeated layer: same ops, attributes and types, other weights) reuses
     that search's result instead of searching again. ``region_search(sub, deadline, stats)``
     searches one region instead of :func:`search_region` (equality saturation,
-    :mod:`tvm_taso.search.eqsat`)."""
+    :mod:`tvm_taso.search.eqsat`). ``judge(original, rewritten) -> dict`` has the last word on
+    each region's rewrite (``"kept"``; :class:`tvm_taso.guard.RegionGuard` times both): its
+    verdicts go to ``stats.decisions``."""
     stats = stats if stats is not None else SearchStats()
     solved: dict[str, tuple[Graph, float, tuple[str, ...], list[int]]] = {}
     deadline = time.perf_counter() + time_limit
@@ -311,7 +316,15 @@ def search(
                     sub, rules, cost, alpha, budget, region_deadline, stats, patience
                 )
                 solved[key] = (best, best_cost, path, leaves)
-            if path and best_cost < start_cost * (1.0 - min_gain):  # float rounding is no gain
+            rewritten = bool(path) and best_cost < start_cost * (1.0 - min_gain)  # float rounding is no gain
+            if rewritten and judge is not None:
+                verdict = judge(sub, best)
+                stats.decisions.append({"region": stats.regions, "rules": list(path), "cost_before": start_cost,
+                                        "cost_after": best_cost, **verdict})
+                rewritten = verdict["kept"]
+                if not rewritten:  # the region's gain is on the curve already: take it back
+                    stats.curve.append((time.perf_counter(), start_cost - best_cost))
+            if rewritten:
                 stats.rewrites.append(
                     {
                         "region": stats.regions,
