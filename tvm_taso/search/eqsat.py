@@ -181,7 +181,7 @@ def check_search(kind: str) -> None:
 def search(g: Graph, rules: list[Rule], cost: CostModel, alpha: float = 1.05, budget: int = 200,
            time_limit: float = 60.0, region_size: int = 32, stats: SearchStats | None = None, progress=None,
            patience: int = 64, min_gain: float = 1e-6, kind: str = "backtrack",
-           limits: EqsatLimits | None = None) -> Graph:
+           limits: EqsatLimits | None = None, judge=None) -> Graph:
     """:func:`tvm_taso.search.backtrack.search` with the region search ``kind`` (one of
     :data:`SEARCHES`)."""
     check_search(kind)
@@ -190,4 +190,4 @@ def search(g: Graph, rules: list[Rule], cost: CostModel, alpha: float = 1.05, bu
         region_search = EqsatRegion(rules, cost, limits, auto=kind == "auto", alpha=alpha, budget=budget,
                                     patience=patience)
     return backtrack.search(g, rules, cost, alpha, budget, time_limit, region_size, stats, progress, patience,
-                            region_search=region_search, min_gain=min_gain)
+                            region_search=region_search, min_gain=min_gain, judge=judge)
