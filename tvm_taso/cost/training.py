@@ -5,7 +5,9 @@
 * :func:`train` fits a :class:`~tvm_taso.cost.learned.LearnedCost` on
   :class:`~tvm_taso.cost.database.Record` s and reports, on a held-out split, the Spearman rank
   correlation (what the search needs: the *order* of candidates) and the median relative error
-  (what the reported costs need); :func:`evaluate` scores a model on other records.
+  (what the reported costs need); :func:`evaluate` scores a model on other records;
+  :func:`score_split` fits on some records and scores on others, for splits chosen by the caller
+  (e.g. by model: ``benchmarks/learned_accuracy.py``).
 """
 
 from __future__ import annotations
@@ -115,7 +117,9 @@ def _usable(records, target):
     return ks, np.asarray(ys, dtype=np.float64), failed
 
 
-def _spearman(a, b) -> float | None:
+def spearman(a, b) -> float | None:
+    """Spearman rank correlation of ``a`` and ``b``; None when undefined (fewer than 3 values,
+    or one side constant)."""
     from scipy.stats import spearmanr
 
     if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
@@ -123,17 +127,63 @@ def _spearman(a, b) -> float | None:
     return float(spearmanr(a, b).statistic)
 
 
-def _rel_error(pred, true) -> float | None:
+def median_rel_error(pred, true) -> float | None:
+    """Median of |pred - true| / true; None for no values."""
     if len(true) == 0:
         return None
     return float(np.median(np.abs(pred - true) / true))
+
+
+def _held_out_scores(booster, ks, x, y, tr, test, target) -> tuple[dict, np.ndarray, np.ndarray | None]:
+    """Scores on the kernels ``test`` (indices into ``ks`` / ``x`` / ``y``) of ``booster`` and of
+    the roofline, the roofline scaled by the median measured/estimated ratio of the training
+    kernels ``tr`` only; with the predicted and scaled roofline µs of the ``test`` kernels."""
+    pred = np.exp(_predict_log(booster, x[test]))
+    scores = {"spearman": spearman(pred, y[test]), "median_rel_error": median_rel_error(pred, y[test])}
+    scaled = None
+    try:
+        analytic = AnalyticCost(target)
+        est = np.array([analytic.kernel_cost(k) for k in ks])
+        scale = statistics.median(y[tr] / est[tr])
+        scaled = est[test] * scale
+        scores["analytic_spearman"] = spearman(est[test], y[test])
+        scores["analytic_median_rel_error"] = median_rel_error(scaled, y[test])
+        scores["analytic_scale"] = float(scale)
+    except Exception:  # noqa: BLE001 - the comparison is informative only
+        log.debug("analytic comparison failed", exc_info=True)
+    return scores, pred, scaled
+
+
+def score_split(train_records, test_records, target, *, seed: int = 0, params: dict | None = None) -> dict:
+    """Fit on ``train_records`` and score on ``test_records`` (ok ones for ``target``): the
+    held-out metrics of :func:`train`, for a split the caller chose (by model, say). The two
+    sides must share no kernel (ValueError otherwise, as with fewer than 4 training or 1 test
+    kernel). Besides the metrics: ``keys``, ``measured_us``, ``predicted_us`` and ``analytic_us``
+    (the roofline scaled on the training kernels; None if it failed), one per test kernel."""
+    target = targets.canonical(target)
+    tr_ks, tr_y, _ = _usable(train_records, target)
+    te_ks, te_y, _ = _usable(test_records, target)
+    shared = {k.key() for k in tr_ks} & {k.key() for k in te_ks}
+    if shared:
+        raise ValueError(f"{len(shared)} kernel(s) on both sides of the split")
+    if len(tr_ks) < 4 or not te_ks:
+        raise ValueError(f"need at least 4 training and 1 test kernel, have {len(tr_ks)} and {len(te_ks)}")
+    ks, y = tr_ks + te_ks, np.concatenate([tr_y, te_y])
+    x = features_matrix(ks)
+    tr, test = np.arange(len(tr_ks)), np.arange(len(tr_ks), len(ks))
+    booster = _fit(x[tr], np.log(y[tr]), seed, params)
+    scores, pred, scaled = _held_out_scores(booster, ks, x, y, tr, test, target)
+    return {
+        "train": len(tr_ks), "test": len(te_ks), **scores,
+        "keys": [k.key() for k in te_ks], "measured_us": te_y, "predicted_us": pred, "analytic_us": scaled,
+    }
 
 
 def evaluate(model: "LearnedCost", records, target=None) -> dict:
     """Spearman and median relative error of ``model`` on ``records`` (ok ones)."""
     ks, y, _ = _usable(records, target)
     pred = model.predict(ks)
-    return {"records": len(ks), "spearman": _spearman(pred, y), "median_rel_error": _rel_error(pred, y)}
+    return {"records": len(ks), "spearman": spearman(pred, y), "median_rel_error": median_rel_error(pred, y)}
 
 
 def train(
@@ -184,20 +234,11 @@ def train(
         "seed": seed,
         "spearman": None,
         "median_rel_error": None,
-        "train_spearman": _spearman(_predict_log(model, x[tr]), logy[tr]),
+        "train_spearman": spearman(_predict_log(model, x[tr]), logy[tr]),
     }
     if len(test):
-        pred = np.exp(_predict_log(model, x[test]))
-        metrics["spearman"] = _spearman(pred, y[test])
-        metrics["median_rel_error"] = _rel_error(pred, y[test])
-        try:
-            analytic = AnalyticCost(target)
-            est = np.array([analytic.kernel_cost(ks[i]) for i in range(len(ks))])
-            scale = statistics.median(y[tr] / est[tr])
-            metrics["analytic_spearman"] = _spearman(est[test], y[test])
-            metrics["analytic_median_rel_error"] = _rel_error(est[test] * scale, y[test])
-        except Exception:  # noqa: BLE001 - the comparison is informative only
-            log.debug("analytic comparison failed", exc_info=True)
+        scores, _, _ = _held_out_scores(model, ks, x, y, tr, test, target)
+        metrics.update(scores)
     if refit and len(test):
         model = _fit(x, logy, seed, params)
     metrics["refit_on_all"] = bool(refit and len(test))
