@@ -212,7 +212,8 @@ def bench_model(name: str, args) -> dict:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", tvm_taso.TasoSkippedWarning)
         new, report = tvm_taso.optimize(mod, target=target, cost_model=args.cost, time_limit=args.time_limit,
-                                        guard=(tuned or True) if args.guard else False, region_guard=args.guard)
+                                        guard=(tuned or True) if args.guard else False, region_guard=args.guard,
+                                        guard_repeats=args.repeats)
     for w in caught:
         log.warning("%s: %s", name, w.message)
     row.update(

@@ -89,7 +89,7 @@ def optimize(
         MetaSchedule-tuned builds; its dict becomes ``report["guard"]``.
     region_guard : decide region by region, during the search, from measurements: each
         rewritten region is built and timed against the original region side by side on this
-        machine's device, and only the regions measured faster are kept
+        machine's device (``guard_repeats`` rounds), and only the regions measured faster are kept
         (:class:`tvm_taso.guard.RegionGuard`; comparisons are stored, so a second run measures
         nothing new). ``None`` (default): on when ``guard=True`` or the cost model measures
         (``"measure"``) and the target's device is here; ``True``/``False`` force it; a
