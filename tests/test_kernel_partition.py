@@ -210,3 +210,42 @@ def test_pytorch_shaped_models_agree_before_and_after(build):
     for target in TARGETS:
         new, report = tvm_taso.optimize(mod, target=target, cost_model="analytic", budget=16, time_limit=4)
         assert_counts_agree(new, target, f"{build.__name__} optimized for {target}", report["kernels_after"])
+
+
+# -- models exported by PyTorch ----------------------------------------------------------------
+
+
+def torch_mlp_export():
+    """A GELU MLP with LayerNorm and a residual, as ``torch.onnx.export`` writes it."""
+    import io
+
+    import onnx
+    import torch
+
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self, d=32):
+            super().__init__()
+            self.norm, self.up, self.down = torch.nn.LayerNorm(d), torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+    f = io.BytesIO()
+    torch.onnx.export(Block().eval(), (torch.randn(2, 8, 32),), f, dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    return onnx.load_from_string(f.getvalue())
+
+
+@pytest.mark.parametrize("name", ["torch-resnet18", "torch-bert", "torch-vit", "torch-mlp"])
+def test_pytorch_exported_models_agree_before_and_after(name):
+    pytest.importorskip("torch")
+    from benchmarks.roundtrip import TORCH_SIZES, export_torch
+
+    proto = torch_mlp_export() if name == "torch-mlp" else export_torch(name, TORCH_SIZES[name][1])
+    mod = import_relax(proto)
+    assert_counts_agree(mod, "llvm", f"{name} as imported")
+    for target in TARGETS:
+        new, report = tvm_taso.optimize(mod, target=target, cost_model="analytic", budget=16, time_limit=4)
+        assert_counts_agree(new, target, f"{name} optimized for {target}", report["kernels_after"])

@@ -72,8 +72,7 @@ def partition(g: Graph, folded: set[int]) -> list[Group]:
     for ks in sorted(by_root.values()):
         members = tuple(dict.fromkeys(nodes[k].key for k in ks if not isinstance(nodes[k].key, tuple)))
         launches = sum(nodes[k].launches for k in ks)
-        if launches and not any(nodes[k].extern for k in ks) and all(
-                g.nodes[nid].op != "opaque" and ops.OPS[g.nodes[nid].op].kind == ops.VIEW for nid in members):
+        if launches and not any(nodes[k].extern for k in ks) and all(_is_view(g, nid) for nid in members):
             launches = 0  # RewriteDataflowReshape: a group that only reshapes is a view (inside the block)
         elif len(ks) > 1:
             launches = min(launches, 1)  # FuseTIR makes a group one kernel
@@ -111,7 +110,7 @@ def _forward_graph(g: Graph, folded: set[int]) -> list[_Node]:
         n = g.nodes[nid]
         if n.op in LEAVES or nid in folded:
             continue
-        if n.inputs and all(s in constant or g.nodes[s].op == "const" for s, _ in n.inputs):
+        if n.inputs and all(s in constant or g.nodes[s].op == "const" for s, _ in n.inputs) or _static_shape_of(g, n):
             constant.add(nid)  # FoldConstant evaluates an opaque op of constants too (shape_of, take...)
             continue
         if n.op == "opaque":
@@ -128,6 +127,32 @@ def _forward_graph(g: Graph, folded: set[int]) -> list[_Node]:
         if s is not None:
             nodes[s].extern = True
     return nodes
+
+
+def _is_view(g: Graph, nid: int) -> bool:
+    """A reshape, or a transpose that only moves axes of size 1: the data stays in place, so
+    RewriteDataflowReshape finds a reshape pattern in its kernel and launches none."""
+    n = g.nodes[nid]
+    if n.op == "permute_dims":
+        shape = g.type_of(n.inputs[0]).shape
+        axes = n.attr.get("axes")
+        moved = [a for a in (range(len(shape) - 1, -1, -1) if axes is None else axes) if shape[a] != 1]
+        return moved == sorted(moved)
+    return n.op != "opaque" and ops.OPS[n.op].kind == ops.VIEW
+
+
+def _static_shape_of(g: Graph, n) -> bool:
+    """``R.shape_of`` of a tensor whose shape is known: a constant to TVM (PyTorch exports compute
+    index arithmetic from it, all folded before codegen)."""
+    from tvm import relax
+
+    payload = n.payload
+    if n.op != "opaque" or not isinstance(payload, relax.Call) or len(n.inputs) != 1:
+        return False
+    if getattr(payload.op, "name", None) != "relax.shape_of":
+        return False
+    ty = g.nodes[n.inputs[0][0]].types[n.inputs[0][1]] if n.inputs[0][1] >= 0 else None
+    return ty is not None and all(isinstance(d, int) for d in ty.shape)
 
 
 def _post_dominators(nodes: list[_Node]) -> tuple[list, list]:
