@@ -3,6 +3,7 @@ cleanly, the Q/K/V merge, and the option plumbing."""
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -18,12 +19,13 @@ from tvm_taso.ir.ops import TensorType  # noqa: E402
 from tvm_taso.ir.relax_bridge import BlockGraph  # noqa: E402
 from tvm_taso.numerics import relative_error  # noqa: E402
 from tvm_taso.rewrite.rule import default_rules  # noqa: E402
-from tvm_taso.search import eqsat  # noqa: E402
+from tvm_taso.search import egraph, ematch, eqsat  # noqa: E402
 from tvm_taso.search.backtrack import SearchStats  # noqa: E402
 
 from test_fuzz import evaluate_graph, random_module  # noqa: E402
 
 RULES = default_rules()
+RULE_SET = eqsat.RuleSet.of(RULES)
 COST = AnalyticCost("cuda")
 SMALL = eqsat.EqsatLimits(node_limit=400, rounds=3, multi_rounds=2)
 FUZZ_SEEDS = range(8)
@@ -40,13 +42,13 @@ def _outputs(g: Graph, feeds: dict) -> list:
     return [values[r] for r in g.outputs]
 
 
-def qkv_relu() -> Graph:
-    """Three Q/K/V-shaped projections of one input, each followed by relu."""
+def qkv_relu(n: int = 3) -> Graph:
+    """``n`` Q/K/V-shaped projections of one input, each followed by relu."""
     rng = np.random.default_rng(0)
     g = Graph()
     x = g.add_leaf("input", TensorType((1, 16, 64), "float32"), None, key="x")
     outs = []
-    for i in range(3):
+    for i in range(n):
         w = g.add_leaf("const", TensorType((64, 64), "float32"),
                        (rng.standard_normal((64, 64)).astype("float32"), None), key=("w", i))
         outs.append((g.add("relu", [(g.add("matmul", [(x, 0), (w, 0)], {}), 0)], {}), 0))
@@ -80,6 +82,78 @@ def test_qkv_relu_matmuls_are_merged():
     assert relative_error(_outputs(g, feeds), _outputs(new, feeds)) <= 1e-5
 
 
+def test_five_matmuls_of_one_input_become_one():
+    """A 5-way merge takes four rounds of pairwise merges; the merge filter keeps the e-graph to
+    one merge per set of matmuls, so it is reached well within the node limit."""
+    g = qkv_relu(5)
+    stats = SearchStats()
+    new = eqsat.search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat")
+    assert [n.op for n in new.nodes.values()].count("matmul") == 1
+    assert stats.egraph_nodes < eqsat.EqsatLimits().node_limit
+    feeds = _feeds(g)
+    assert relative_error(_outputs(g, feeds), _outputs(new, feeds)) <= 1e-5
+
+
+def test_merge_filter():
+    """A merge of two matmuls where one reads the other would close a cycle; a merge of a merge
+    with one of its own parts, or of two merges, only fills the e-graph."""
+    rng = np.random.default_rng(1)
+    g = qkv_relu()
+    x = next(nid for nid, n in g.nodes.items() if n.op == "input")
+    q, k, v = (ref[0] for ref in g.outputs)
+    w = g.add_leaf("const", TensorType((64, 64), "float32"),
+                   (rng.standard_normal((64, 64)).astype("float32"), None), key="w3")
+    after = g.add("matmul", [(q, 0), (w, 0)], {})  # reads q's relu
+    g.outputs = g.outputs + [(after, 0)]
+    eg = egraph.EGraph()
+    _, original = eqsat._load(eg, g)
+    view = eg.view
+    classes = {}  # operand classes -> class, of the matmuls
+    for cid, e in original.items():
+        if e[0] == "node" and eg.op_keys[e[1]][0] == "matmul":
+            classes[e[2]] = view.find(cid)
+    mq, mk, mv = (c for reads, c in classes.items() if reads[0] == view.find(x))
+    m_after = next(c for reads, c in classes.items() if reads[0] != view.find(x))
+    deps = eqsat.Dependencies(view, original)
+    assert deps.allowed((mq, mk), merge=True)
+    assert not deps.allowed((mq, m_after), merge=True)  # m_after reads relu(mq)
+    eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(rounds=2, multi_rounds=2), time.perf_counter() + 60, {}, original)
+    view = eg.view
+    deps = eqsat.Dependencies(view, original)
+    merged = [c for c in view.classes if c not in deps.reads and view.types[c][0].shape == (1, 16, 128)
+              and any(e[0] == "node" and eg.op_keys[e[1]][0] == "matmul" for e in view.classes[c])]
+    assert len(merged) == 3  # qk, qv, kv: one per pair, not one per order
+    for pair in merged:
+        assert len(deps.covered(pair)) == 2
+        for part in deps.covered(pair):
+            assert not deps.allowed((pair, part), merge=True) and not deps.allowed((part, pair), merge=True)
+    assert not deps.allowed((merged[0], merged[1]), merge=True)
+
+
+def test_incremental_matching_finds_what_full_matching_finds():
+    g = qkv_relu()
+    eg = egraph.EGraph()
+    eqsat._load(eg, g)
+    eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(rounds=2), time.perf_counter() + 60, {}, {})
+    view = eg.view
+    matcher = ematch.Matcher(eg, view, ({}, {}))
+    everywhere = set(view.classes)
+    for rule in RULES:
+        if all(op in view.by_op for op in rule.root_ops):
+            full = {(r, tuple(sorted(env.items()))) for r, env in matcher.matches(rule)}
+            near = {(r, tuple(sorted(env.items()))) for r, env in matcher.matches(rule, everywhere)}
+            assert full == near, rule.name
+
+
+def test_symmetric_rules():
+    by_name = {r.name: r for r in RULES}
+    assert ematch.symmetric(by_name["merge-matmul-shared-lhs"])
+    assert ematch.symmetric(by_name["merge-conv-shared-input"])
+    assert not ematch.symmetric(by_name["merge-conv-enlarge"])  # a smaller kernel with a larger one
+    assert ematch.merges(by_name["merge-matmul-shared-lhs"])
+    assert not ematch.merges(by_name["split-of-split-tail"])
+
+
 @pytest.mark.parametrize(
     "limits, time_limit, reason",
     [
@@ -92,8 +166,6 @@ def test_limits_stop_cleanly(limits, time_limit, reason):
     g = qkv_relu()
     stats = SearchStats()
     region = eqsat.EqsatRegion(RULES, COST, limits)
-    import time
-
     best, best_cost, _ = region(g, time.perf_counter() + time_limit, stats)
     assert stats.stopped[reason] == 1, stats.stopped
     assert best_cost <= COST.cost(g)

@@ -11,14 +11,19 @@ when its types are the source's (as :func:`tvm_taso.rewrite.match.apply` checks)
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import COMMUTATIVE
 from tvm_taso.ir.ops import OpError, TensorType
-from tvm_taso.rewrite.match import conditions_hold, evaluate_attr, match_attributes, same_value
+from tvm_taso.rewrite.match import (
+    conditions_hold,
+    evaluate_attr,
+    match_attributes,
+    same_value,
+)
 from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
 from tvm_taso.search.egraph import EGraph, EGraphView
 
@@ -51,6 +56,90 @@ class Shapes:
         return _Kind("const" if const else "op")
 
 
+def reach(pat) -> int:
+    """How far below a pattern's root class its match reads (e-class steps): a site is new in a
+    round only if a class that close under its root changed."""
+    if isinstance(pat, Get):
+        return 1 + reach(pat.expr)
+    if isinstance(pat, Op):
+        return 1 + max((reach(a) for a in pat.args), default=0)
+    return 0
+
+
+def merges(rule: Rule) -> bool:
+    """Whether a rule merges independent computations into one op: several roots, none reading
+    an output of a multi-output op (``add-over-split``, ``split-of-split`` rewrite what a merge
+    left behind instead)."""
+
+    def reads_a_part(p) -> bool:
+        return isinstance(p, Get) or (isinstance(p, Op) and (p.op == "split" or any(reads_a_part(a) for a in p.args)))
+
+    return len(rule.src) > 1 and not any(reads_a_part(p) for p in rule.src)
+
+
+_COMMUTATIVE_FUNCTIONS = {"=", "!=", "and", "or", "+", "*"}  # of rule.FUNCTIONS
+
+
+def match_order(rule: Rule) -> tuple[int, ...]:
+    """The order to match a rule's roots in: the deepest first, as its match binds the variables
+    the others are then looked up by (split-of-split: ``split(get(split(x)))`` first, then only
+    the splits of that ``x``)."""
+    return tuple(sorted(range(len(rule.src)), key=lambda i: -reach(rule.src[i])))
+
+
+def symmetric(rule: Rule) -> bool:
+    """Whether a two-root rule reads the same with its roots swapped (each variable of one root
+    exchanged with the one in the same place of the other; conditions unchanged as a set): its
+    sites then come in pairs whose targets are equivalent (``concat(a, b)`` or ``concat(b, a)``
+    weights), and one of each pair is enough."""
+    if len(rule.src) != 2:
+        return False
+    swap: dict[str, str] = {}
+
+    def pair(p, q) -> bool:
+        if isinstance(p, Var) and isinstance(q, Var):
+            return swap.setdefault(p.name, q.name) == q.name and swap.setdefault(q.name, p.name) == p.name
+        if type(p) is not type(q):
+            return False
+        if isinstance(p, Op):
+            return (p.op == q.op and len(p.args) == len(q.args) and [n for n, _ in p.attrs] == [n for n, _ in q.attrs]
+                    and all(pair(a, b) for a, b in zip(p.args, q.args))
+                    and all(pair(a, b) for (_, a), (_, b) in zip(p.attrs, q.attrs)))
+        if isinstance(p, Get):
+            return p.index == q.index and pair(p.expr, q.expr)
+        if isinstance(p, (Call, Tup)):
+            items_p = p.args if isinstance(p, Call) else p.items
+            items_q = q.args if isinstance(q, Call) else q.items
+            return (getattr(p, "fn", None) == getattr(q, "fn", None) and len(items_p) == len(items_q)
+                    and all(pair(a, b) for a, b in zip(items_p, items_q)))
+        return p == q
+
+    def renamed(x):
+        if isinstance(x, Var):
+            return Var(swap.get(x.name, x.name))
+        if isinstance(x, Op):
+            return Op(x.op, tuple(renamed(a) for a in x.args), tuple((n, renamed(v)) for n, v in x.attrs))
+        if isinstance(x, Get):
+            return Get(renamed(x.expr), x.index)
+        if isinstance(x, Call):
+            return Call(x.fn, tuple(renamed(a) for a in x.args))
+        if isinstance(x, Tup):
+            return Tup(tuple(renamed(a) for a in x.items))
+        return x
+
+    def normal(x):  # operands of commutative functions in a fixed order
+        if isinstance(x, Call):
+            args = tuple(normal(a) for a in x.args)
+            return Call(x.fn, tuple(sorted(args, key=repr)) if x.fn in _COMMUTATIVE_FUNCTIONS else args)
+        if isinstance(x, Tup):
+            return Tup(tuple(normal(a) for a in x.items))
+        return x
+
+    if not pair(rule.src[0], rule.src[1]):
+        return False
+    return {normal(renamed(c)) for c in rule.conds} == {normal(c) for c in rule.conds}
+
+
 def _computes(x) -> bool:
     """Whether an attribute pattern evaluates a function (its value depends on the bindings)."""
     return isinstance(x, Call) or (isinstance(x, Tup) and any(_computes(i) for i in x.items))
@@ -59,12 +148,15 @@ def _computes(x) -> bool:
 class Matcher:
     """Every site of a rule in one snapshot of the e-graph."""
 
-    def __init__(self, eg: EGraph, view: EGraphView, attribute_memo: dict):
+    def __init__(self, eg: EGraph, view: EGraphView, memo: tuple[dict, dict]):
         self.eg, self.view = eg, view
-        self.attribute_memo = attribute_memo  # (pattern id, op key) -> bindings or None, across rounds
+        # across the rounds of one saturation (the rules, whose ids key them, stay alive):
+        # (pattern id, op key) -> attribute bindings or None; pattern id -> whether its attributes compute
+        self.attribute_memo, self.computes_memo = memo
         self.shapes = Shapes(eg, view)
         self._attrs: dict[int, dict] = {}
         self._by_arg: dict = {}
+        self._near_by_op: dict = {}  # (op, id of a set the caller keeps for the round) -> e-nodes
 
     def attrs(self, op_key: int) -> dict:
         found = self._attrs.get(op_key)
@@ -72,30 +164,54 @@ class Matcher:
             found = self._attrs[op_key] = dict(self.eg.op_keys[op_key][1])
         return found
 
-    def matches(self, rule: Rule) -> Iterator[tuple[tuple[int, ...], dict]]:
-        """(root classes, bindings) of each site, one per distinct pair."""
+    def matches(self, rule: Rule, roots_in: set | None = None, accept=None,
+                order: tuple[int, ...] | None = None) -> Iterator[tuple[tuple[int, ...], dict]]:
+        """(root classes, bindings) of each site, one per distinct pair; with ``roots_in``, only
+        the sites with a root among those classes; with ``accept``, only sites whose roots it
+        accepts (asked when the last root is chosen, before its pattern is matched). ``order``:
+        :func:`match_order` of the rule, if the caller keeps it."""
         seen = set()
-        for roots, env in self._roots(rule, 0, (), {}):
-            key = (roots, tuple(sorted(env.items(), key=lambda kv: kv[0])))
-            if key in seen:
-                continue
-            seen.add(key)
-            if conditions_hold(rule, env, self.shapes):
-                yield roots, env
+        order = order or match_order(rule)
+        for position in range(len(rule.src)) if roots_in is not None else (None,):
+            for chosen, env in self._roots(rule, order, 0, (), {}, roots_in, position, accept):
+                roots = tuple(chosen[order.index(i)] for i in range(len(order)))
+                key = (roots, tuple(sorted(env.items(), key=lambda kv: kv[0])))
+                if key in seen:
+                    continue
+                seen.add(key)
+                if conditions_hold(rule, env, self.shapes):
+                    yield roots, env
 
-    def _roots(self, rule: Rule, k: int, chosen: tuple, env: dict):
-        if k == len(rule.src):
+    def _roots(self, rule: Rule, order: tuple, k: int, chosen: tuple, env: dict, roots_in: set | None,
+               position: int | None, accept=None):
+        """Sites of the roots ``order[k:]`` (classes chosen in that order); the root at
+        ``position`` taken from ``roots_in``."""
+        if k == len(order):
             yield chosen, env
             return
-        pat = rule.src[k]
+        i = order[k]
+        pat = rule.src[i]
         node_pat = pat.expr if isinstance(pat, Get) else pat
-        for cid, enode in self._candidates(node_pat, env):
-            if cid in chosen:
+        candidates = self._near(node_pat.op, roots_in) if i == position else self._candidates(node_pat, env)
+        last = k == len(order) - 1
+        for cid, enode in candidates:
+            if cid in chosen or (i == position and cid not in roots_in):
                 continue
             if isinstance(pat, Get) and pat.index >= len(self.view.types[cid]):
                 continue
+            if last and k and accept is not None and not accept(
+                    tuple((chosen + (cid,))[order.index(j)] for j in range(len(order)))):
+                continue
             for env2 in self._enode(node_pat, enode, env):
-                yield from self._roots(rule, k + 1, chosen + (cid,), env2)
+                yield from self._roots(rule, order, k + 1, chosen + (cid,), env2, roots_in, position, accept)
+
+    def _near(self, op: str, classes: set) -> list:
+        """The e-nodes of ``op`` in ``classes`` (one of a round's sets of classes near a change)."""
+        key = (op, id(classes))
+        found = self._near_by_op.get(key)
+        if found is None:
+            found = self._near_by_op[key] = [(cid, e) for cid, e in self.view.by_op.get(op, ()) if cid in classes]
+        return found
 
     def _candidates(self, pat: Op, env: dict) -> list:
         """The e-nodes a root pattern may match: those of its op, narrowed to the ones reading
@@ -125,7 +241,10 @@ class Matcher:
     def _attributes(self, pat: Op, op_key: int, env: dict) -> dict | None:
         """:func:`match_attributes`, memoized per pattern and op key on an empty environment
         (then merged with ``env``) when the pattern's attributes compute nothing."""
-        if any(_computes(v) for _, v in pat.attrs):
+        computes = self.computes_memo.get(id(pat))
+        if computes is None:
+            computes = self.computes_memo[id(pat)] = any(_computes(v) for _, v in pat.attrs)
+        if computes:
             return match_attributes(pat, self.attrs(op_key), env)
         key = (id(pat), op_key)
         if key not in self.attribute_memo:

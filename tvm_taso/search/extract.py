@@ -14,7 +14,11 @@ so extraction runs in two steps:
    one e-class to another of its e-nodes (what it needs chosen greedily), choose every other
    class greedily with the classes built so far free (so that outputs share what the switch
    built, as a merged multi-output op needs), and keep the switch when the real cost drops;
-   repeated until no switch helps or the deadline.
+   repeated until no switch helps, the deadline, or ``tries`` graphs priced in vain. Switches are
+   tried cheapest first under the approximation (a part of a merged op sharing the op's price
+   with the graph's other values it can give), so the few that pay come early: each try is a
+   graph built and priced, and trying them all was most of the search's time on 1,000-e-node
+   e-graphs.
 
 The ILP is off by default (:class:`tvm_taso.search.eqsat.EqsatLimits`): HiGHS took seconds on a
 few hundred e-nodes here, and its per-e-node prices misjudge fusion, so its graph rarely won.
@@ -22,6 +26,7 @@ few hundred e-nodes here, and its per-e-node prices misjudge fusion, so its grap
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
@@ -126,24 +131,32 @@ class Extractor:
                         changed = True
         return choice, best
 
-    def greedy_given(self, free: dict) -> dict:
-        """:meth:`greedy` with the classes of ``free`` (class -> e-node, already built) free:
-        only their ancestors can get cheaper, so the costs are lowered from there (a worklist)."""
+    def greedy_given(self, free: dict) -> tuple[dict, dict]:
+        """:meth:`greedy` with the classes of ``free`` (class -> e-node, already built) free
+        (choice, cost):
+        only their ancestors can get cheaper, so the costs are lowered from there, cheapest
+        first (a class is then settled once). Leaf classes are not propagated from: they cost
+        the same everywhere, and every class reads some."""
         best = dict(self._greedy_cost)
         choice = dict(self._greedy)
-        work = list(free)
+        heap = []
         for cid, e in free.items():
+            if self._greedy.get(cid, e)[0] != "leaf":
+                heap.append((0.0, cid))
             best[cid], choice[cid] = 0.0, e
-        while work:
-            ch = work.pop()
+        heapq.heapify(heap)
+        while heap:
+            c0, ch = heapq.heappop(heap)
+            if c0 > best[ch]:
+                continue
             for cid, e in self._parents.get(ch, ()):
                 if cid in free:
                     continue
                 c = self.node_cost[(cid, e)] + EPSILON + sum(best[x] for x in e[2])
                 if c < best[cid] - 1e-12:
                     best[cid], choice[cid] = c, e
-                    work.append(cid)
-        return choice
+                    heapq.heappush(heap, (c, cid))
+        return choice, best
 
     def ilp(self, deadline: float) -> dict | None:
         """TENSAT's extraction ILP on the approximation, acyclic through an order variable per
@@ -275,7 +288,7 @@ class Extractor:
         g.prune()
         return g, used
 
-    def run(self, deadline: float, use_ilp: bool = False) -> Extraction:
+    def run(self, deadline: float, use_ilp: bool = False, tries: int = 96) -> Extraction:
         """The cheapest graph found by the deadline (see the module docstring)."""
         t0 = time.perf_counter()
         greedy = self._greedy
@@ -300,40 +313,55 @@ class Extractor:
             log.debug("extraction built no candidate; the region stays as it was")
             return Extraction(self.sub, self.cost.cost(self.sub), (), "none", time.perf_counter() - t0)
         c, method, g, used = best
-        c2, g2, used2 = self._improve(c, g, used, greedy, deadline)
+        c2, g2, used2 = self._improve(c, g, used, greedy, deadline, tries)
         if c2 < c - 1e-9:
             c, g, used, method = c2, g2, used2, method + "+local"
         rules = tuple(sorted({self.creator[e] for e in used.values() if e in self.creator}))
         return Extraction(g, c, rules, method, time.perf_counter() - t0)
 
-    def _improve(self, cost: float, g: Graph, used: dict, greedy: dict, deadline: float):
+    def _improve(self, cost: float, g: Graph, used: dict, greedy: dict, deadline: float, tries: int):
         """Local improvement under the real cost: force one class to another of its e-nodes,
         build what that e-node needs greedily, then choose everything else greedily with the
         classes built so far for free (so outputs can share what the switch built, as merged
-        multi-output ops need); keep the first switch that lowers the cost, and repeat."""
+        multi-output ops need); keep the first switch that lowers the cost, and repeat. Switches
+        are tried in order of what they add under the per-e-node prices (with the graph's
+        classes free; a part of a multi-output op shares the op's price with the graph's other
+        values it can give), at most ``tries`` since the last switch that paid: each is a graph
+        built and priced."""
         tried = set()
         improved = True
-        while improved:
+        left = tries
+        while improved and left > 0:
             improved = False
-            for cid in list(used):
+            _, priced = self.greedy_given(used)
+            # a part of a multi-output op costs the op once for all the graph's values it can give
+            sharers: dict[int, int] = {}
+            for cid in used:
+                for tup in {e[2][0] for e in self.view.classes[cid] if e[0] == "get"}:
+                    sharers[tup] = sharers.get(tup, 0) + 1
+            switches = []
+            for cid, now in used.items():
                 for e in self.view.classes[cid]:
-                    if e == used.get(cid) or e[0] == "leaf" or (cid, e) in tried:
-                        continue
-                    if time.perf_counter() > deadline:
-                        return cost, g, used
-                    tried.add((cid, e))
-                    forced = self.build({cid: e}, greedy, root=cid)
-                    if forced is None:
-                        continue
-                    built = self.build(forced[1], self.greedy_given(forced[1]))
-                    if built is None:
-                        continue
-                    c = self.cost.cost(built[0])
-                    if c < cost - 1e-9:
-                        cost, (g, used) = c, built
-                        improved = True
-                        break
-                if improved:
+                    if e != now and e[0] != "leaf" and (cid, e) not in tried:
+                        added = self.node_cost[(cid, e)] + sum(priced[ch] for ch in e[2])
+                        if e[0] == "get":
+                            added /= sharers[e[2][0]]
+                        switches.append((added - self.node_cost[(cid, now)], cid, e))
+            for _, cid, e in sorted(switches, key=lambda s: s[0]):
+                if left <= 0 or time.perf_counter() > deadline:
+                    return cost, g, used
+                left -= 1
+                tried.add((cid, e))
+                forced = self.build({cid: e}, greedy, root=cid)
+                if forced is None:
+                    continue
+                built = self.build(forced[1], self.greedy_given(forced[1])[0])
+                if built is None:
+                    continue
+                c = self.cost.cost(built[0])
+                if c < cost - 1e-9:
+                    cost, (g, used) = c, built
+                    improved, left = True, tries
                     break
         return cost, g, used
 
