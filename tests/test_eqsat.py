@@ -19,7 +19,7 @@ from tvm_taso.ir.ops import TensorType  # noqa: E402
 from tvm_taso.ir.relax_bridge import BlockGraph  # noqa: E402
 from tvm_taso.numerics import relative_error  # noqa: E402
 from tvm_taso.rewrite.rule import default_rules  # noqa: E402
-from tvm_taso.search import egraph, ematch, eqsat  # noqa: E402
+from tvm_taso.search import check_search, egraph, ematch, eqsat, search  # noqa: E402
 from tvm_taso.search.backtrack import SearchStats  # noqa: E402
 
 from test_fuzz import evaluate_graph, random_module  # noqa: E402
@@ -64,7 +64,7 @@ def test_fuzz_graphs_keep_their_outputs(seed):
         pytest.skip(f"fuzz generator made no module for seed {seed}: {err}")
     g = BlockGraph(mod["main"].body.blocks[0], {}).graph
     stats = SearchStats()
-    new = eqsat.search(g, RULES, COST, time_limit=20.0, stats=stats, kind="eqsat", limits=SMALL)
+    new = search(g, RULES, COST, time_limit=20.0, stats=stats, kind="eqsat", limits=SMALL)
     fold_constants(new)
     assert COST.cost(new) <= COST.cost(g) + 1e-9
     assert stats.engines["eqsat"] >= 1
@@ -75,7 +75,7 @@ def test_fuzz_graphs_keep_their_outputs(seed):
 def test_qkv_relu_matmuls_are_merged():
     g = qkv_relu()
     stats = SearchStats()
-    new = eqsat.search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat")
+    new = search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat")
     assert [n.op for n in new.nodes.values()].count("matmul") == 1
     assert COST.cost(new) < COST.cost(g)
     feeds = _feeds(g)
@@ -87,7 +87,7 @@ def test_five_matmuls_of_one_input_become_one():
     one merge per set of matmuls, so it is reached well within the node limit."""
     g = qkv_relu(5)
     stats = SearchStats()
-    new = eqsat.search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat")
+    new = search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat")
     assert [n.op for n in new.nodes.values()].count("matmul") == 1
     assert stats.egraph_nodes < eqsat.EqsatLimits().node_limit
     feeds = _feeds(g)
@@ -194,5 +194,5 @@ def test_unknown_search_and_missing_egglog(monkeypatch):
 
     monkeypatch.setattr(egraph, "_egglog", None)
     with pytest.raises(ImportError, match=r"tvm-taso\[eqsat\]"):
-        eqsat.check_search("eqsat")
-    eqsat.check_search("backtrack")  # needs nothing
+        check_search("eqsat")
+    check_search("backtrack")  # needs nothing

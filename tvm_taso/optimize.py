@@ -26,7 +26,7 @@ from tvm_taso.ir.ops import OpError
 from tvm_taso.ir.relax_bridge import BlockGraph, foreign_function
 from tvm_taso.rewrite.rule import Rule, default_rules
 from tvm_taso.search.backtrack import SearchStats
-from tvm_taso.search.eqsat import check_search, search
+from tvm_taso.search import check_search, search
 from tvm_taso.search.options import validate
 from tvm_taso.verify.admit import admit
 

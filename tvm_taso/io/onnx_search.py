@@ -16,7 +16,7 @@ from tvm_taso.io.onnx_bridge import OnnxGraph, RewriteRejected
 from tvm_taso.io.onnx_model import OnnxModel
 from tvm_taso.ir.graph import fold_constants
 from tvm_taso.search.backtrack import SearchStats
-from tvm_taso.search.eqsat import search
+from tvm_taso.search import search
 
 log = logging.getLogger("tvm_taso")
 
@@ -28,7 +28,7 @@ def optimize_onnx(model: OnnxModel, rules, cost, alpha, budget, deadline, region
                   kind: str = "backtrack", judge=None) -> tuple[OnnxModel, float, float, int, dict]:
     """Search ``model``'s graph; returns (optimized model, cost before, cost after, constants
     folded, facts for the report), with the search ``kind`` (one of
-    :data:`tvm_taso.search.eqsat.SEARCHES`) and the region ``judge`` (:class:`tvm_taso.guard.RegionGuard`)
+    :data:`tvm_taso.search.SEARCHES`) and the region ``judge`` (:class:`tvm_taso.guard.RegionGuard`)
     if any. ``stats`` and ``skipped`` (opaque nodes by ONNX op type,
     each named once) are updated."""
     frozen: set[int] = set()

@@ -48,7 +48,6 @@ from tvm_taso.search.extract import Extractor
 
 log = logging.getLogger(__name__)
 
-SEARCHES = ("backtrack", "eqsat", "auto")
 AUTO_BOTH_OPS = 12
 
 
@@ -351,28 +350,3 @@ class EqsatRegion:
             if other[1] < best_cost - 1e-9:
                 best, best_cost, path = other
         return best, best_cost, path
-
-
-# The search ``optimize`` asked for, so that the block and ONNX drivers, which call
-# :func:`search` with backtracking's arguments, need not pass it along.
-def check_search(kind: str) -> None:
-    """ValueError for an unknown search; ImportError when eqsat is asked for without egglog."""
-    if kind not in SEARCHES:
-        raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {kind!r}")
-    if kind != "backtrack":
-        require_egglog()
-
-
-def search(g: Graph, rules: list[Rule], cost: CostModel, alpha: float = 1.05, budget: int = 200,
-           time_limit: float = 60.0, region_size: int = 32, stats: SearchStats | None = None, progress=None,
-           patience: int = 64, min_gain: float = 1e-6, kind: str = "backtrack",
-           limits: EqsatLimits | None = None, judge=None) -> Graph:
-    """:func:`tvm_taso.search.backtrack.search` with the region search ``kind`` (one of
-    :data:`SEARCHES`)."""
-    check_search(kind)
-    region_search = None
-    if kind != "backtrack":
-        region_search = EqsatRegion(rules, cost, limits, auto=kind == "auto", alpha=alpha, budget=budget,
-                                    patience=patience)
-    return backtrack.search(g, rules, cost, alpha, budget, time_limit, region_size, stats, progress, patience,
-                            region_search=region_search, min_gain=min_gain, judge=judge)
