@@ -74,6 +74,25 @@ def test_optimize_check_reports(model_file, tmp_path):
     assert len(list(tmp_path.glob(".tvm-taso-*"))) == 0  # no temporary files left
 
 
+def test_guard_times_regions_and_remembers_them(model_file, tmp_path):
+    cache = tmp_path / "cache"
+    env = dict(os.environ, TVM_TASO_CACHE=str(cache))
+    reports = []
+    for k in range(2):
+        out, rep = tmp_path / f"out{k}.onnx", tmp_path / f"r{k}.json"
+        p = subprocess.run([sys.executable, "-m", "tvm_taso.cli", "optimize", str(model_file), "-o", str(out),
+                            "--target", "llvm", "--cost", "analytic", "--guard", "--report", str(rep)],
+                           capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        regions = json.loads(rep.read_text())["region_guard"]
+        assert regions["regions"] >= 1 and f"regions timed    {regions['regions']}:" in p.stdout
+        reports.append(regions)
+    assert reports[0]["from_database"] == 0 and reports[0]["seconds"] > 0
+    assert reports[1]["from_database"] == reports[1]["regions"] and reports[1]["seconds"] == 0  # nothing measured again
+    assert [d["kept"] for d in reports[1]["decisions"]] == [d["kept"] for d in reports[0]["decisions"]]
+    assert (cache / "regions.jsonl").is_file()
+
+
 def test_optimized_onnx_matches_original_in_onnxruntime(model_file, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     out = tmp_path / "out.onnx"
