@@ -364,6 +364,12 @@ def markdown(result: dict) -> str:
 
 
 def describe_run(result: dict) -> str:
+    """The paragraph above the table: when, where, how, and what the columns mean (plus the
+    run's ``notes``, e.g. a row taken from a rerun)."""
+    return " ".join([_describe_settings(result), *result.get("notes", [])])
+
+
+def _describe_settings(result: dict) -> str:
     s = result["settings"]
     tuning = f"{s['tune_trials']} MetaSchedule trials per module" if s["tune_trials"] else "no tuning"
     return (
@@ -490,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.render is not None:
         result = json.loads(args.render.read_text())
-        return report(result, args.render.parent, args.readme)
+        return report(result, args.render.resolve().parent, args.readme)
     command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
     result = {
         "date": datetime.date.today().isoformat(),
