@@ -43,7 +43,7 @@ class TasoOptimize:
         from tvm_taso import target as targets
         from tvm_taso.search.options import validate
 
-        from tvm_taso.search.eqsat import check_search
+        from tvm_taso.search import check_search
 
         validate(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size, min_gain=min_gain)
         check_search(search)
