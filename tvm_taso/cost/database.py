@@ -30,7 +30,7 @@ from tvm_taso.files import cache_dir
 
 log = logging.getLogger("tvm_taso.cost.database")
 
-_warned_unusable: set[str] = set()  # database files already named in a warning (once per run)
+_warned_unusable: set[str] = set()  # cache directories already named in a warning (once per run)
 
 
 def default_path() -> Path:
@@ -131,8 +131,8 @@ class MeasurementDB:
     def _use_memory(self, err: OSError) -> None:
         """Go on without the file, after one warning naming its directory (and TVM_TASO_CACHE)."""
         self.in_memory = True
-        if str(self.path) not in _warned_unusable:
-            _warned_unusable.add(str(self.path))
+        if str(self.path.parent) not in _warned_unusable:  # kernels and regions share the directory
+            _warned_unusable.add(str(self.path.parent))
             log.warning("cannot use the measurement cache %s (%s): measurements are kept in memory for this "
                         "run only; set TVM_TASO_CACHE to a writable directory to keep them",
                         self.path.parent, err.strerror or err)
