@@ -24,7 +24,6 @@ def kernel_module(kernel: Kernel):
     timed on its shapes, not its values) and whose body is its ops in order.
 
     The function returns the kernel's outputs (a tuple when there are several)."""
-    import tvm
     from tvm import relax
 
     from tvm_taso.ir import ops
@@ -49,21 +48,15 @@ def kernel_module(kernel: Kernel):
             for op, attrs, operands in kernel.ops:
                 spec = ops.OPS[op]
                 args = [next(pit) if o[0] == "in" else values[o[1]][o[2]] for o in operands]
-                call = bb.emit(spec.build(args, dict(attrs)))
                 otypes = spec.infer(
                     [o[1] if o[0] == "in" else types[o[1]][o[2]] for o in operands], dict(attrs)
                 )
-                if isinstance(call.ty, relax.TupleType):
-                    outs = [bb.emit(relax.TupleGetItem(call, i)) for i in range(len(call.ty.fields))]
-                else:
-                    outs = [call]
-                values.append(outs)
+                values.append(_emit_op(bb, op, args, dict(attrs)))
                 types.append(list(otypes))
             results = _select_outputs(kernel, values, types, consumed)
             out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
         bb.emit_func_output(out)
-    mod = bb.get()
-    return tvm.IRModule({"main": mod["main"]}) if len(mod.functions) > 1 else mod
+    return _main_module(bb)
 
 
 def _select_outputs(kernel, values, types, consumed) -> list:
@@ -115,10 +108,8 @@ def graph_module(g) -> tuple:
     first, as TVM will), and so is every output of an opaque node -- it is the same call
     before and after a rewrite, so it is left out of the timing. The function returns the
     graph's outputs (a tuple when there are several)."""
-    import tvm
     from tvm import relax
 
-    from tvm_taso.ir import ops
     from tvm_taso.ir.graph import LEAVES
 
     params: list = []
@@ -147,19 +138,35 @@ def graph_module(g) -> tuple:
                     continue
                 if any(r not in values for r in n.inputs):
                     raise MeasureError(f"{n.op} reads a tuple-valued input")
-                call = bb.emit(ops.OPS[n.op].build([values[r] for r in n.inputs], n.attr))
-                if isinstance(call.ty, relax.TupleType):
-                    for i in range(len(call.ty.fields)):
-                        values[(nid, i)] = bb.emit(relax.TupleGetItem(call, i))
-                else:
-                    values[(nid, 0)] = call
+                for i, out in enumerate(_emit_op(bb, n.op, [values[r] for r in n.inputs], n.attr)):
+                    values[(nid, i)] = out
             if any(r not in values for r in g.outputs):
                 raise MeasureError("the region writes a tuple-valued output")
             results = [values[r] for r in g.outputs]
             out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
         bb.emit_func_output(out)
+    return _main_module(bb), refs
+
+
+def _emit_op(bb, op: str, args: list, attrs: dict) -> list:
+    """Emit one op of the table into ``bb``'s dataflow block: its output expressions (one per
+    element when it returns a tuple)."""
+    from tvm import relax
+
+    from tvm_taso.ir import ops
+
+    call = bb.emit(ops.OPS[op].build(args, attrs))
+    if isinstance(call.ty, relax.TupleType):
+        return [bb.emit(relax.TupleGetItem(call, i)) for i in range(len(call.ty.fields))]
+    return [call]
+
+
+def _main_module(bb):
+    """The module ``bb`` built, holding its ``main`` alone."""
+    import tvm
+
     mod = bb.get()
-    return (tvm.IRModule({"main": mod["main"]}) if len(mod.functions) > 1 else mod), refs
+    return tvm.IRModule({"main": mod["main"]}) if len(mod.functions) > 1 else mod
 
 
 def _backend(target):
