@@ -144,10 +144,12 @@ def _is_view(g: Graph, nid: int) -> bool:
 def _static_shape_of(g: Graph, n) -> bool:
     """``R.shape_of`` of a tensor whose shape is known: a constant to TVM (PyTorch exports compute
     index arithmetic from it, all folded before codegen)."""
+    if n.op != "opaque" or len(n.inputs) != 1:  # most nodes: on the partition's hot path
+        return False
     from tvm import relax
 
     payload = n.payload
-    if n.op != "opaque" or not isinstance(payload, relax.Call) or len(n.inputs) != 1:
+    if not isinstance(payload, relax.Call):
         return False
     if getattr(payload.op, "name", None) != "relax.shape_of":
         return False
