@@ -18,7 +18,8 @@ from tvm_taso.ir.graph import Graph, fold_constants  # noqa: E402
 from tvm_taso.ir.ops import TensorType  # noqa: E402
 from tvm_taso.ir.relax_bridge import BlockGraph  # noqa: E402
 from tvm_taso.numerics import relative_error  # noqa: E402
-from tvm_taso.rewrite.rule import default_rules  # noqa: E402
+from tvm_taso.rewrite.match import conditions_hold  # noqa: E402
+from tvm_taso.rewrite.rule import Get, default_rules  # noqa: E402
 from tvm_taso.search import check_search, egraph, ematch, eqsat, search  # noqa: E402
 from tvm_taso.search.backtrack import SearchStats  # noqa: E402
 
@@ -143,6 +144,56 @@ def test_incremental_matching_finds_what_full_matching_finds():
             full = {(r, tuple(sorted(env.items()))) for r, env in matcher.matches(rule)}
             near = {(r, tuple(sorted(env.items()))) for r, env in matcher.matches(rule, everywhere)}
             assert full == near, rule.name
+
+
+def convs_of_one_input() -> Graph:
+    """Four 3x3 convolutions of one input (one with another stride) and two of another input."""
+    rng = np.random.default_rng(1)
+    g = Graph()
+    xs = [g.add_leaf("input", TensorType((1, 8, 16, 16), "float32"), None, key=("x", i)) for i in range(2)]
+    outs = []
+    for i, (x, stride) in enumerate([(0, 1), (0, 1), (0, 2), (0, 1), (1, 1), (1, 1)]):
+        w = g.add_leaf("const", TensorType((8, 8, 3, 3), "float32"),
+                       (rng.standard_normal((8, 8, 3, 3)).astype("float32"), None), key=("w", i))
+        conv = g.add("conv2d", [(xs[x], 0), (w, 0)], {"strides": (stride, stride), "padding": (1, 1, 1, 1)})
+        outs.append((g.add("relu", [(conv, 0)], {}), 0))
+    g.outputs = outs
+    return g
+
+
+@pytest.mark.parametrize("make", [qkv_relu, convs_of_one_input])
+def test_joined_matching_finds_what_nested_matching_finds(make):
+    """A multi-output rule's roots, each matched on its own and joined on the variables they
+    share, give the sites that matching each root with the bindings of the ones before gives."""
+    g = make()
+    eg = egraph.EGraph()
+    eqsat._load(eg, g)
+    eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(rounds=2), time.perf_counter() + 60, {}, {})
+    view = eg.view
+    matcher = ematch.Matcher(eg, view, ({}, {}))
+
+    def nested(rule, k=0, chosen=(), env=None):
+        if k == len(rule.src):
+            yield chosen, env
+            return
+        pat = rule.src[k]
+        node_pat = pat.expr if isinstance(pat, Get) else pat
+        for cid, enode in view.by_op.get(node_pat.op, ()):
+            if cid in chosen or (isinstance(pat, Get) and pat.index >= len(view.types[cid])):
+                continue
+            for env2 in matcher._enode(node_pat, enode, env or {}):
+                yield from nested(rule, k + 1, chosen + (cid,), env2)
+
+    compared = 0
+    for rule in RULES:
+        if len(rule.src) < 2 or not all(op in view.by_op for op in rule.root_ops):
+            continue
+        joined = {(r, tuple(sorted(env.items()))) for r, env in matcher.matches(rule)}
+        expected = {(r, tuple(sorted(env.items()))) for r, env in nested(rule)
+                    if conditions_hold(rule, env, matcher.shapes)}
+        assert joined == expected, rule.name
+        compared += bool(expected)
+    assert compared >= 2
 
 
 def test_symmetric_rules():

@@ -77,7 +77,9 @@ def optimize(
     search : ``"backtrack"`` (TASO's search), ``"eqsat"`` (equality saturation with egglog,
         TENSAT's search; needs ``pip install 'tvm-taso[eqsat]'``) or ``"auto"`` (eqsat, plus
         backtracking on small regions, the cheaper kept); see :mod:`tvm_taso.search.eqsat`.
-        ``report["search"]`` says which ran per region, the largest e-graph and extraction time;
+        ``report["search"]`` says which ran per region, the seconds in the search proper
+        (``search_seconds`` also counts reading the module in and writing it back), the largest
+        e-graph and extraction time;
         ``report["regions_stopped"]`` why each region stopped (``saturated``, ``node limit``,
         ``round limit``, ``deadline``).
     guard : compile the original and the rewritten module for ``target``, time them side by
@@ -156,9 +158,10 @@ def optimize(
         "regions_cut_short": stats.regions_cut_short,
         "regions_reused": stats.reused,
         "regions_stopped": dict(sorted(stats.stopped.items())),
-        "search": {"kind": search, "regions": dict(stats.engines), "egraph_nodes": stats.egraph_nodes,
-                   "egraph_classes": stats.egraph_classes, "extraction_seconds": stats.extraction_seconds,
-                   "extraction": dict(stats.extraction_methods)},
+        "search": {"kind": search, "seconds": stats.seconds, "regions": dict(stats.engines),
+                   "egraph_nodes": stats.egraph_nodes, "egraph_classes": stats.egraph_classes,
+                   "extraction_seconds": stats.extraction_seconds, "extraction": dict(stats.extraction_methods),
+                   "refined": stats.refined},
         "applied": dict(sorted(stats.applied.items())),
         "constants_folded": folded + stats.folded,
         "skipped": [{"what": what, "count": n} for what, n in sorted(skipped.items())],

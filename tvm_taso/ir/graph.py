@@ -83,6 +83,15 @@ class Graph:
     def add_opaque(self, inputs: tuple[Ref, ...], types: tuple, payload) -> int:
         return self._insert(Node("opaque", tuple(inputs), (), tuple(types), payload))
 
+    def add_typed(self, op: str, inputs: tuple[Ref, ...], attrs: tuple, types: tuple) -> int:
+        """Add a known op whose attributes are already complete and canonical (sorted pairs) and
+        whose types are already inferred, as an e-graph's e-node is (or find the identical one)."""
+        key = (op, inputs, attrs)
+        found = self._index.get(key)
+        if found is not None and found in self.nodes:
+            return found
+        return self._insert(Node(op, inputs, attrs, types))
+
     def add(self, op: str, inputs, attrs: dict, origin=None) -> int:
         """Add a known op (or find the identical one); raises OpError if types do not check."""
         spec = ops.OPS[op]

@@ -1,8 +1,9 @@
 """Cost-based backtracking search (TASO's Algorithm 2), run region by region.
 
 ``search(graph, rules, cost)`` splits the graph into regions of about ``region_size`` ops
-(consecutive in topological order, then a second pass on windows shifted by half a region so
-that rewrites across a boundary are found), and in each region runs a best-first search: pop
+(consecutive in topological order, cut alike in repeated layers; then a second pass on windows
+straddling each boundary, so that rewrites across one are found), and in each region runs a
+best-first search: pop
 the cheapest graph, apply every rule at every site, keep a new graph if its cost is below
 ``alpha`` times the best so far. Graphs are deduplicated by structural hash; a candidate with a
 cycle or more than twice the original ops is dropped. Both the number of expanded graphs per
@@ -38,6 +39,8 @@ class SearchStats:
     egraph_nodes: int = 0  # largest e-graph of a region (e-nodes, e-classes)
     egraph_classes: int = 0
     extraction_seconds: float = 0.0
+    refined: int = 0  # eqsat regions whose extracted graph a few backtracking steps improved
+    seconds: float = 0.0  # in the search proper: regions searched and spliced, weights folded between them
     extraction_methods: Counter = field(default_factory=Counter)  # which extraction candidate won
     decisions: list = field(default_factory=list)  # a judge's verdict on each rewritten region
 
@@ -53,6 +56,8 @@ class SearchStats:
         self.egraph_nodes = max(self.egraph_nodes, other.egraph_nodes)
         self.egraph_classes = max(self.egraph_classes, other.egraph_classes)
         self.extraction_seconds += other.extraction_seconds
+        self.seconds += other.seconds
+        self.refined += other.refined
         self.extraction_methods.update(other.extraction_methods)
         self.decisions.extend(other.decisions)
         if kept:
@@ -142,29 +147,58 @@ def runtime_ops(g: Graph) -> int:
     return sum(1 for nid in set(g.nodes) - weight_only(g) if g.nodes[nid].op not in LEAVES)
 
 
-def regions(g: Graph, size: int, offset: int = 0) -> list[list[int]]:
+def regions(g: Graph, size: int, straddle: bool = False) -> list[list[int]]:
     """Known-op node ids split into regions of at most ``size`` ops, consecutive in topological
-    order. Regions end at narrow points where a single activation crosses (between layers),
-    so that repeated layers give identically shaped regions; a stretch with no such point is
-    cut every ``size`` ops. With ``offset``, the first region holds about ``offset`` ops, so a
-    second pass sees across the first pass's boundaries."""
+    order, so that repeated layers give identically shaped regions (searched once,
+    :func:`search`): regions end at narrow points (:func:`_stretches`), and a region that would
+    overflow ends where a copy of an earlier region begins (else before the last stretch shaped
+    like one that began a region), not wherever it is full, so that the copies of a layer longer
+    than a region are cut alike instead of each at another op. With ``straddle``, the windows of a second pass instead:
+    the back half of each region with the front half of the next, across every boundary."""
     ids = [nid for nid in g.topo_order() if g.nodes[nid].op not in LEAVES and g.nodes[nid].op != "opaque"]
-    segments = [seg[i : i + size] for seg in _segments(g, ids) for i in range(0, len(seg), size)]
+    position = {nid: k for k, nid in enumerate(ids)}
+    stretches = _stretches(g, ids, size)
+    shapes = [_stretch_shape(g, part, position) for part in stretches]
     out: list[list[int]] = []
-    current: list[int] = []
-    limit = offset or size
-    for seg in segments:
-        if current and len(current) + len(seg) > limit:
-            out.append(current)
-            current, limit = [], size
-        current = current + seg
-    if current:
-        out.append(current)
+    begun: dict = {}  # shape of a region's first stretch -> the stretch shapes of the regions begun so
+    start = 0
+    while start < len(stretches):
+        ops, end = 0, start
+        while end < len(stretches) and (end == start or ops + len(stretches[end]) <= size):
+            ops += len(stretches[end])
+            end += 1
+        if end < len(stretches):
+            latest_first = range(end, start, -1)
+            copy = next((k for k in latest_first for seen in begun.get(shapes[k], ())
+                         if tuple(shapes[k : k + len(seen)]) == seen), None)
+            end = copy or next((k for k in latest_first if shapes[k] in begun), end)
+        begun.setdefault(shapes[start], set()).add(tuple(shapes[start:end]))
+        out.append([nid for part in stretches[start:end] for nid in part])
+        start = end
+    if straddle:
+        return [a[len(a) // 2 :] + b[: len(b) // 2] for a, b in zip(out, out[1:])]
     return out
 
 
-def _segments(g: Graph, ids: list[int]) -> list[list[int]]:
-    """``ids`` cut after every position where exactly one non-constant value is live."""
+def _stretch_shape(g: Graph, part: list[int], position: dict[int, int]) -> tuple:
+    """What a run of ops computes, up to which tensors it reads: ops, attributes, types, and
+    for each operand how many ops back (in topological order) it was made, or for an operand
+    from outside the ops, its kind and type (the Q, K and V matmuls of one input differ in
+    how far back it is)."""
+    shape = []
+    for nid in part:
+        node = g.nodes[nid]
+        reads = tuple((position[nid] - position[src], i) if src in position
+                      else (g.nodes[src].op, g.nodes[src].types[i] if i >= 0 else None) for src, i in node.inputs)
+        shape.append((node.op, node.attrs, node.types, reads))
+    return tuple(shape)
+
+
+def _stretches(g: Graph, ids: list[int], size: int) -> list[list[int]]:
+    """``ids`` cut at narrow points: after every position where one non-constant value is live
+    (between layers); a stretch longer than ``size`` is cut again where the fewest values are
+    live within it (between the cells of an RNN, whose state is two values), and so on, so that
+    each copy of a repeated layer is cut at the same ops."""
     position = {nid: k for k, nid in enumerate(ids)}
     folded = weight_only(g)
     last_use: dict[Ref, int] = {}
@@ -185,16 +219,25 @@ def _segments(g: Graph, ids: list[int]) -> list[list[int]]:
     for ref, last in last_use.items():
         opened[position[ref[0]]] += 1
         opened[last] -= 1
-    segments, current, live = [], [], 0
-    for k, nid in enumerate(ids):
-        live += opened[k]
-        current.append(nid)
-        if live == 1:
-            segments.append(current)
-            current = []
-    if current:
-        segments.append(current)
-    return segments
+    live, count = [], 0  # values live after each position
+    for k in range(end):
+        count += opened[k]
+        live.append(count)
+
+    def split(lo: int, hi: int, narrow: int | None = None) -> list[list[int]]:
+        """``ids[lo:hi]`` cut after each position where ``narrow`` values are live (by default
+        the fewest live within, when longer than ``size``), pieces longer than ``size`` cut again."""
+        if narrow is None:
+            if hi - lo <= size:
+                return [ids[lo:hi]]
+            narrow = min(live[lo : hi - 1])
+        cuts = [k + 1 for k in range(lo, hi - 1) if live[k] == narrow]
+        if not cuts:
+            return split(lo, hi) if hi - lo > size else [ids[lo:hi]]
+        bounds = [lo, *cuts, hi]
+        return [part for a, b in zip(bounds, bounds[1:]) for part in split(a, b)]
+
+    return split(0, end, narrow=1) if end else []
 
 
 def extract(g: Graph, ids: list[int]) -> tuple[Graph, dict[int, Ref], list[Ref]]:
@@ -280,20 +323,19 @@ def search(
     each region's rewrite (``"kept"``; :class:`tvm_taso.guard.RegionGuard` times both): its
     verdicts go to ``stats.decisions``."""
     stats = stats if stats is not None else SearchStats()
+    started = time.perf_counter()
     solved: dict[str, tuple[Graph, float, tuple[str, ...], list[int]]] = {}
     deadline = time.perf_counter() + time_limit
     current = cost.cost(g)
-    for offset in (0, region_size // 2):
-        windows = regions(g, region_size, offset)
-        if offset and len(windows) < 2:
-            break
+    for straddle in (False, True):
+        windows = regions(g, region_size, straddle)
         for k, ids in enumerate(windows):
             now = time.perf_counter()
             if now > deadline:
                 stats.regions_cut_short += len(windows) - k
                 stats.stopped["deadline (not searched)"] += len(windows) - k
                 break
-            passes_left = 1 if offset else 2
+            passes_left = 1 if straddle else 2
             region_deadline = now + (deadline - now) / (len(windows) - k) / passes_left
             live = [nid for nid in ids if nid in g.nodes]
             if not live:
@@ -347,4 +389,5 @@ def search(
                 current = new_cost
             if progress is not None:
                 progress()
+    stats.seconds += time.perf_counter() - started
     return g

@@ -145,6 +145,30 @@ def _computes(x) -> bool:
     return isinstance(x, Call) or (isinstance(x, Tup) and any(_computes(i) for i in x.items))
 
 
+def _attributes_compute(pat) -> bool:
+    """Whether an attribute anywhere in a pattern evaluates a function of the bindings."""
+    if isinstance(pat, Get):
+        return _attributes_compute(pat.expr)
+    if isinstance(pat, Op):
+        return any(_computes(v) for _, v in pat.attrs) or any(_attributes_compute(a) for a in pat.args)
+    return False
+
+
+def _merged(env: dict, more: dict, checked=()) -> dict | None:
+    """``env`` with the bindings of ``more``, or None where they disagree (``checked``: names
+    known to agree)."""
+    out = None
+    for name, value in more.items():
+        if name in env:
+            if name not in checked and not same_value(env[name], value):
+                return None
+        else:
+            if out is None:
+                out = dict(env)
+            out[name] = value
+    return env if out is None else out
+
+
 class Matcher:
     """Every site of a rule in one snapshot of the e-graph."""
 
@@ -155,8 +179,10 @@ class Matcher:
         self.attribute_memo, self.computes_memo = memo
         self.shapes = Shapes(eg, view)
         self._attrs: dict[int, dict] = {}
-        self._by_arg: dict = {}
         self._near_by_op: dict = {}  # (op, id of a set the caller keeps for the round) -> e-nodes
+        self._sites: dict = {}  # (root pattern id, id of the classes it is limited to) -> its sites
+        self._indexes: dict = {}  # the same, with the variables joined on -> sites by their values
+        self._depends: dict[int, bool] = {}  # root pattern id -> whether its attributes read other roots' bindings
 
     def attrs(self, op_key: int) -> dict:
         found = self._attrs.get(op_key)
@@ -168,12 +194,12 @@ class Matcher:
                 order: tuple[int, ...] | None = None) -> Iterator[tuple[tuple[int, ...], dict]]:
         """(root classes, bindings) of each site, one per distinct pair; with ``roots_in``, only
         the sites with a root among those classes; with ``accept``, only sites whose roots it
-        accepts (asked when the last root is chosen, before its pattern is matched). ``order``:
-        :func:`match_order` of the rule, if the caller keeps it."""
+        accepts (asked when the last root is chosen). ``order``: :func:`match_order` of the
+        rule, if the caller keeps it."""
         seen = set()
         order = order or match_order(rule)
         for position in range(len(rule.src)) if roots_in is not None else (None,):
-            for chosen, env in self._roots(rule, order, 0, (), {}, roots_in, position, accept):
+            for chosen, env in self._join(rule, order, 0, (), {}, roots_in, position, accept):
                 roots = tuple(chosen[order.index(i)] for i in range(len(order)))
                 key = (roots, tuple(sorted(env.items(), key=lambda kv: kv[0])))
                 if key in seen:
@@ -182,28 +208,79 @@ class Matcher:
                 if conditions_hold(rule, env, self.shapes):
                     yield roots, env
 
-    def _roots(self, rule: Rule, order: tuple, k: int, chosen: tuple, env: dict, roots_in: set | None,
-               position: int | None, accept=None):
-        """Sites of the roots ``order[k:]`` (classes chosen in that order); the root at
-        ``position`` taken from ``roots_in``."""
+    def _join(self, rule: Rule, order: tuple, k: int, chosen: tuple, env: dict, roots_in: set | None,
+              position: int | None, accept=None):
+        """Sites of the roots ``order[k:]`` (classes chosen in that order) agreeing with ``env``;
+        the root at ``position`` taken from ``roots_in``. Each root's pattern is matched once per
+        round on its own (:meth:`root_sites`) and joined with the roots before it on the
+        variables they share, by a hash index (:meth:`_partners`): a merge rule's second matmul
+        is looked up by the input the first one bound, not matched again for every first one."""
         if k == len(order):
             yield chosen, env
             return
         i = order[k]
-        pat = rule.src[i]
-        node_pat = pat.expr if isinstance(pat, Get) else pat
-        candidates = self._near(node_pat.op, roots_in) if i == position else self._candidates(node_pat, env)
         last = k == len(order) - 1
-        for cid, enode in candidates:
-            if cid in chosen or (i == position and cid not in roots_in):
-                continue
-            if isinstance(pat, Get) and pat.index >= len(self.view.types[cid]):
+        for cid, site_env, checked in self._partners(rule.src[i], env, roots_in if i == position else None):
+            if cid in chosen:
                 continue
             if last and k and accept is not None and not accept(
                     tuple((chosen + (cid,))[order.index(j)] for j in range(len(order)))):
                 continue
-            for env2 in self._enode(node_pat, enode, env):
-                yield from self._roots(rule, order, k + 1, chosen + (cid,), env2, roots_in, position, accept)
+            env2 = _merged(env, site_env, checked)
+            if env2 is not None:
+                yield from self._join(rule, order, k + 1, chosen + (cid,), env2, roots_in, position, accept)
+
+    def root_sites(self, pat, classes: set | None = None) -> list[tuple[int, dict]]:
+        """(class, bindings) of every match of the root pattern ``pat`` on its own, in classes
+        of ``classes`` if given (one of a round's sets of classes near a change)."""
+        key = (id(pat), None if classes is None else id(classes))
+        found = self._sites.get(key)
+        if found is None:
+            node_pat = pat.expr if isinstance(pat, Get) else pat
+            candidates = self._near(node_pat.op, classes) if classes is not None else self.view.by_op.get(node_pat.op, ())
+            found = self._sites[key] = [
+                (cid, env) for cid, enode in candidates
+                if not (isinstance(pat, Get) and pat.index >= len(self.view.types[cid]))
+                for env in self._enode(node_pat, enode, {})
+            ]
+        return found
+
+    def _partners(self, pat, env: dict, classes: set | None):
+        """(class, bindings, names known to agree with ``env``) of each site of the root pattern
+        ``pat`` that may agree with ``env`` (:func:`_merged` checks the rest)."""
+        if env and self._reads_bindings(pat):  # its attributes are computed from other roots' bindings
+            node_pat = pat.expr if isinstance(pat, Get) else pat
+            candidates = self._near(node_pat.op, classes) if classes is not None else self.view.by_op.get(node_pat.op, ())
+            for cid, enode in candidates:
+                if not (isinstance(pat, Get) and pat.index >= len(self.view.types[cid])):
+                    for env2 in self._enode(node_pat, enode, env):
+                        yield cid, env2, env2.keys()
+            return
+        sites = self.root_sites(pat, classes)
+        if not env:
+            for cid, site_env in sites:
+                yield cid, site_env, ()
+            return
+        # joined on the variables every site binds (a node lacking an attribute the pattern
+        # names binds nothing for it); any other shared variable is checked by _merged
+        key = (id(pat), None if classes is None else id(classes), tuple(sorted(env)))
+        found = self._indexes.get(key)
+        if found is None:
+            common = set.intersection(*(set(e) for _, e in sites)) if sites else set()
+            names = tuple(n for n in key[2] if n in common)
+            index: dict = {}
+            for site in sites:
+                index.setdefault(tuple(site[1][n] for n in names), []).append(site)
+            found = self._indexes[key] = (frozenset(names), names, index)
+        checked, names, index = found
+        for cid, site_env in index.get(tuple(env[n] for n in names), ()):
+            yield cid, site_env, checked
+
+    def _reads_bindings(self, pat) -> bool:
+        found = self._depends.get(id(pat))
+        if found is None:
+            found = self._depends[id(pat)] = _attributes_compute(pat)
+        return found
 
     def _near(self, op: str, classes: set) -> list:
         """The e-nodes of ``op`` in ``classes`` (one of a round's sets of classes near a change)."""
@@ -212,21 +289,6 @@ class Matcher:
         if found is None:
             found = self._near_by_op[key] = [(cid, e) for cid, e in self.view.by_op.get(op, ()) if cid in classes]
         return found
-
-    def _candidates(self, pat: Op, env: dict) -> list:
-        """The e-nodes a root pattern may match: those of its op, narrowed to the ones reading
-        the class an operand variable is already bound to (a later root of a multi-output rule)."""
-        for pos, arg in enumerate(pat.args):
-            if isinstance(arg, Var) and arg.name in env:
-                key = (pat.op, pos)
-                index = self._by_arg.get(key)
-                if index is None:
-                    index = self._by_arg[key] = {}
-                    for cid, enode in self.view.by_op.get(pat.op, ()):
-                        if pos < len(enode[2]):
-                            index.setdefault(enode[2][pos], []).append((cid, enode))
-                return index.get(env[arg.name][0], [])
-        return self.view.by_op.get(pat.op, [])
 
     def _enode(self, pat: Op, enode, env: dict):
         if enode[0] != "node" or len(enode[2]) != len(pat.args):

@@ -4,8 +4,10 @@ Each region (the backtracking search's regions, :func:`tvm_taso.search.backtrack
 becomes an e-graph in egglog (:mod:`.egraph`). Every round matches the rules on a snapshot
 (:mod:`.ematch`), adds their targets and unions in one batch, and stops when nothing changes
 (``saturated``) or at the node limit, the round limit or the deadline. The cheapest acyclic
-graph under the real cost model is then extracted (:mod:`.extract`) and kept only if it costs
-less than the region did (the region's own graph is always a candidate, so never more).
+graph under the real cost model is then extracted (:mod:`.extract`), refined by a few steps
+of backtracking from it (``refine_budget``: extraction works on per-e-node prices, and a rewrite
+that pays only through fusion can escape it), and kept only if it costs less than the region
+did (the region's own graph is always a candidate, so never more).
 
 Design: Python drives the e-graph. The rule language computes attributes and checks shapes
 (``dim``, ``rank``, ``shape``), which egglog rules could only do with a shape analysis encoded in
@@ -15,6 +17,9 @@ benchmark models, 2 shared cores; see README):
 
 - incremental matching: a rule whose every site was applied is matched again only at roots
   near a class that changed (:func:`saturate`);
+- joined matching: a multi-output rule's root patterns are each matched once per round and
+  joined on the variables they share through a hash index (:meth:`.ematch.Matcher.matches`),
+  not matched again for every choice of the roots before;
 - multi-output rules (merges) are where e-graphs explode: a site is dropped before it is
   applied when it would close a cycle, when its roots are symmetric and in the other order,
   or when the merge is redundant -- merges grow one input-graph value at a time, in class
@@ -24,7 +29,10 @@ benchmark models, 2 shared cores; see README):
   ``match_limit`` sites in a round is banned for 1, 2, 4, ... rounds (egg's backoff); rules
   the node limit stopped run first in the next round;
 - egglog programs of a few dozen commands (:mod:`.egraph`), and an extraction that prices a
-  bounded number of graphs (:mod:`.extract`).
+  bounded number of graphs, each distinct one once (:mod:`.extract`);
+- limits measured on the benchmark models (:class:`EqsatLimits`): past 6 rounds and 1,000
+  e-nodes a region's e-graph grows in rewrites extraction does not use (8 rounds and 1,500
+  e-nodes took twice as long for no cheaper graph on any of the eight).
 
 ``search="auto"`` runs eqsat on every region and, on regions of at most ``AUTO_BOTH_OPS`` ops
 (where backtracking is cheap), backtracking too, keeping the cheaper graph.
@@ -53,14 +61,15 @@ AUTO_BOTH_OPS = 12
 
 @dataclass
 class EqsatLimits:
-    node_limit: int = 1500  # e-nodes per region
-    rounds: int = 8  # matching rounds per region
+    node_limit: int = 1000  # e-nodes per region
+    rounds: int = 6  # matching rounds per region
     multi_rounds: int = 6  # rounds in which multi-output rules run (a k-way merge takes k - 1)
     match_limit: int = 24  # sites applied per rule and round
     multi_share: float = 0.5  # of the e-nodes the node limit leaves, what multi-output rules may add per round
     extraction_share: float = 0.3  # of the region's time left for extraction
     ilp: bool = False  # TENSAT's ILP candidate (slow in HiGHS beyond a few hundred e-nodes)
     improve_tries: int = 96  # graphs extraction's local improvement builds and prices in vain before it stops
+    refine_budget: int = 4  # graphs backtracking expands from the extracted one (0: no refinement)
 
 
 def require_egglog() -> None:
@@ -343,6 +352,20 @@ class EqsatRegion:
         if found.cost < start_cost - 1e-9:
             best, best_cost, path = found.graph, found.cost, found.rules or ("eqsat",)
             stats.curve.append((time.perf_counter(), best_cost - start_cost))
+        if self.limits.refine_budget:
+            # extraction chose on per-e-node prices and a bounded local search; a few steps of
+            # backtracking from its graph, priced by the real (fusion-aware) model, find the
+            # rewrites that pay only through fusion, or only after a step extraction missed
+            scratch = SearchStats()
+            refined = backtrack.search_region(best, self.rules, self.cost, self.alpha, self.limits.refine_budget,
+                                              max(deadline, time.perf_counter() + 0.05), scratch,
+                                              self.limits.refine_budget)
+            stats.expanded += scratch.expanded
+            stats.candidates += scratch.candidates
+            if refined[1] < best_cost - 1e-9:
+                stats.curve.extend(scratch.curve)
+                stats.refined += 1
+                best, best_cost, path = refined[0], refined[1], path + refined[2]
         if self.auto and backtrack.runtime_ops(sub) <= AUTO_BOTH_OPS:
             stats.engines["backtrack"] += 1
             other = backtrack.search_region(sub, self.rules, self.cost, self.alpha, self.budget,

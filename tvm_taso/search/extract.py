@@ -37,7 +37,6 @@ import numpy as np
 from tvm_taso.cost.model import CostModel, Kernel
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import LEAVES, Graph
-from tvm_taso.ir.ops import OpError
 from tvm_taso.search.egraph import EGraph, EGraphView
 
 log = logging.getLogger(__name__)
@@ -245,8 +244,8 @@ class Extractor:
     # -- graphs ------------------------------------------------------------------------------------
     def build(self, choice: dict, fallback: dict, root: int | None = None) -> tuple[Graph, dict] | None:
         """The graph of ``choice`` (classes it lacks take ``fallback``'s e-node), with the
-        choices it used; None if they close a cycle or do not type-check. With ``root``, the
-        graph of that class alone."""
+        choices it used; None if they close a cycle. With ``root``, the graph of that class
+        alone."""
         g = Graph()
         for nid, node in self.sub.nodes.items():
             if node.op in LEAVES:
@@ -277,13 +276,13 @@ class Extractor:
                 ref[cid] = (inputs[0][0], e[1])
             else:
                 op, attrs = eg.op_keys[e[1]]
-                nid = g.add(op, inputs, dict(attrs))
+                nid = g.add_typed(op, tuple(inputs), attrs, self.view.types[cid])  # typed when it was added
                 ref[cid] = (nid, -1) if self.view.is_tuple(cid) else (nid, 0)
             return ref[cid]
 
         try:
             g.outputs = [visit(r) for r in ([root] if root is not None else self.roots)]
-        except (_Cycle, OpError, RecursionError):
+        except (_Cycle, RecursionError):
             return None
         g.prune()
         return g, used
@@ -329,6 +328,7 @@ class Extractor:
         values it can give), at most ``tries`` since the last switch that paid: each is a graph
         built and priced."""
         tried = set()
+        seen = {frozenset(used.items())}  # the graphs built so far, by their choices: each priced once
         improved = True
         left = tries
         while improved and left > 0:
@@ -358,6 +358,10 @@ class Extractor:
                 built = self.build(forced[1], self.greedy_given(forced[1])[0])
                 if built is None:
                     continue
+                choices = frozenset(built[1].items())
+                if choices in seen:
+                    continue
+                seen.add(choices)
                 c = self.cost.cost(built[0])
                 if c < cost - 1e-9:
                     cost, (g, used) = c, built
