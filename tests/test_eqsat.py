@@ -131,13 +131,17 @@ def test_merge_filter():
     assert not deps.allowed((merged[0], merged[1]), merge=True)
 
 
-def test_incremental_matching_finds_what_full_matching_finds():
-    g = qkv_relu()
+def _matcher_after_two_rounds(g: Graph) -> ematch.Matcher:
+    """A matcher on the e-graph of ``g`` after two rounds of saturation."""
     eg = egraph.EGraph()
     eqsat._load(eg, g)
     eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(rounds=2), time.perf_counter() + 60, {}, {})
-    view = eg.view
-    matcher = ematch.Matcher(eg, view, ({}, {}))
+    return ematch.Matcher(eg, eg.view, ({}, {}))
+
+
+def test_incremental_matching_finds_what_full_matching_finds():
+    matcher = _matcher_after_two_rounds(qkv_relu())
+    view = matcher.view
     everywhere = set(view.classes)
     for rule in RULES:
         if all(op in view.by_op for op in rule.root_ops):
@@ -165,12 +169,8 @@ def convs_of_one_input() -> Graph:
 def test_joined_matching_finds_what_nested_matching_finds(make):
     """A multi-output rule's roots, each matched on its own and joined on the variables they
     share, give the sites that matching each root with the bindings of the ones before gives."""
-    g = make()
-    eg = egraph.EGraph()
-    eqsat._load(eg, g)
-    eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(rounds=2), time.perf_counter() + 60, {}, {})
-    view = eg.view
-    matcher = ematch.Matcher(eg, view, ({}, {}))
+    matcher = _matcher_after_two_rounds(make())
+    view = matcher.view
 
     def nested(rule, k=0, chosen=(), env=None):
         if k == len(rule.src):

@@ -78,8 +78,8 @@ def optimize(
         TENSAT's search; needs ``pip install 'tvm-taso[eqsat]'``) or ``"auto"`` (eqsat, plus
         backtracking on small regions, the cheaper kept); see :mod:`tvm_taso.search.eqsat`.
         ``report["search"]`` says which ran per region, the seconds in the search proper
-        (``search_seconds`` also counts reading the module in and writing it back), the largest
-        e-graph and extraction time;
+        (``search_seconds`` also counts reading the module in, folding weights after the
+        search and writing it back), the largest e-graph and extraction time;
         ``report["regions_stopped"]`` why each region stopped (``saturated``, ``node limit``,
         ``round limit``, ``deadline``).
     guard : compile the original and the rewritten module for ``target``, time them side by
