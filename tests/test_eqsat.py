@@ -232,10 +232,27 @@ def test_optimize_reports_the_search():
     assert report["search"]["kind"] == "eqsat"
     assert report["search"]["regions"]["eqsat"] >= 1
     assert report["search"]["egraph_nodes"] > 0
+    assert 0 < report["search"]["seconds"] <= report["search_seconds"]  # the search proper, within the whole
+    assert 0 <= report["search"]["refined"] <= report["search"]["regions"]["eqsat"]
     assert report["cost_after"] <= report["cost_before"]
     assert report["settings"]["search"] == "eqsat"
     assert set(report["regions_stopped"]) <= {"saturated", "node limit", "round limit", "deadline",
                                                "reused an identical region"}
+
+
+def test_refinement_only_lowers_the_cost_and_can_be_turned_off():
+    """The backtracking steps after extraction start from the extracted graph: with them the
+    region is never costlier than without, and a budget of 0 runs none."""
+    g = convs_of_one_input()
+    costs = {}
+    for budget in (0, 4):
+        stats = SearchStats()
+        limits = eqsat.EqsatLimits(refine_budget=budget)
+        new = search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat", limits=limits)
+        costs[budget] = COST.cost(new)
+        if budget == 0:
+            assert stats.refined == 0 and stats.expanded == 0
+    assert costs[4] <= costs[0] + 1e-9 < COST.cost(g)
 
 
 def test_unknown_search_and_missing_egglog(monkeypatch):
