@@ -86,11 +86,13 @@ class Graph:
     def add_typed(self, op: str, inputs: tuple[Ref, ...], attrs: tuple, types: tuple) -> int:
         """Add a known op whose attributes are already complete and canonical (sorted pairs) and
         whose types are already inferred, as an e-graph's e-node is (or find the identical one)."""
-        key = (op, inputs, attrs)
-        found = self._index.get(key)
-        if found is not None and found in self.nodes:
-            return found
-        return self._insert(Node(op, inputs, attrs, types))
+        found = self._find(op, inputs, attrs)
+        return found if found is not None else self._insert(Node(op, inputs, attrs, types))
+
+    def _find(self, op: str, inputs: tuple[Ref, ...], attrs: tuple) -> int | None:
+        """The live node computing ``op`` on ``inputs`` with ``attrs``, if there is one."""
+        found = self._index.get((op, inputs, attrs))
+        return found if found is not None and found in self.nodes else None
 
     def add(self, op: str, inputs, attrs: dict, origin=None) -> int:
         """Add a known op (or find the identical one); raises OpError if types do not check."""
@@ -102,12 +104,11 @@ class Graph:
             inputs = (inputs[1], inputs[0])  # one spelling for `bias + x` and `x + bias`
         in_types = [self.type_of(r) for r in inputs]
         full = ops.canonical_attrs(op, in_types, full)
-        key = (op, inputs, tuple(sorted(full.items())))
-        found = self._index.get(key)
-        if found is not None and found in self.nodes:
+        attrs_t = tuple(sorted(full.items()))
+        found = self._find(op, inputs, attrs_t)
+        if found is not None:
             return found
-        types = ops.infer(op, in_types, full)
-        return self._insert(Node(op, inputs, key[2], tuple(types), origin))
+        return self._insert(Node(op, inputs, attrs_t, tuple(ops.infer(op, in_types, full)), origin))
 
     # -- queries ----------------------------------------------------------------------------
     def type_of(self, ref: Ref) -> TensorType:

@@ -3,11 +3,10 @@
 ``search(graph, rules, cost)`` splits the graph into regions of about ``region_size`` ops
 (consecutive in topological order, cut alike in repeated layers; then a second pass on windows
 straddling each boundary, so that rewrites across one are found), and in each region runs a
-best-first search: pop
-the cheapest graph, apply every rule at every site, keep a new graph if its cost is below
-``alpha`` times the best so far. Graphs are deduplicated by structural hash; a candidate with a
-cycle or more than twice the original ops is dropped. Both the number of expanded graphs per
-region (``budget``) and the wall clock (``time_limit``) bound the work.
+best-first search: pop the cheapest graph, apply every rule at every site, keep a new graph if
+its cost is below ``alpha`` times the best so far. Graphs are deduplicated by structural hash; a
+candidate with a cycle or more than twice the original ops is dropped. Both the number of
+expanded graphs per region (``budget``) and the wall clock (``time_limit``) bound the work.
 """
 
 from __future__ import annotations
@@ -153,14 +152,15 @@ def regions(g: Graph, size: int, straddle: bool = False) -> list[list[int]]:
     :func:`search`): regions end at narrow points (:func:`_stretches`), and a region that would
     overflow ends where a copy of an earlier region begins (else before the last stretch shaped
     like one that began a region), not wherever it is full, so that the copies of a layer longer
-    than a region are cut alike instead of each at another op. With ``straddle``, the windows of a second pass instead:
-    the back half of each region with the front half of the next, across every boundary."""
+    than a region are cut alike instead of each at another op. With ``straddle``, the windows
+    of a second pass instead: the back half of each region with the front half of the next,
+    across every boundary."""
     ids = [nid for nid in g.topo_order() if g.nodes[nid].op not in LEAVES and g.nodes[nid].op != "opaque"]
     position = {nid: k for k, nid in enumerate(ids)}
-    stretches = _stretches(g, ids, size)
+    stretches = _stretches(g, ids, position, size)
     shapes = [_stretch_shape(g, part, position) for part in stretches]
     out: list[list[int]] = []
-    begun: dict = {}  # shape of a region's first stretch -> the stretch shapes of the regions begun so
+    begun: dict = {}  # shape of a region's first stretch -> the stretch shapes of the regions it began
     start = 0
     while start < len(stretches):
         ops, end = 0, start
@@ -194,12 +194,11 @@ def _stretch_shape(g: Graph, part: list[int], position: dict[int, int]) -> tuple
     return tuple(shape)
 
 
-def _stretches(g: Graph, ids: list[int], size: int) -> list[list[int]]:
+def _stretches(g: Graph, ids: list[int], position: dict[int, int], size: int) -> list[list[int]]:
     """``ids`` cut at narrow points: after every position where one non-constant value is live
     (between layers); a stretch longer than ``size`` is cut again where the fewest values are
     live within it (between the cells of an RNN, whose state is two values), and so on, so that
-    each copy of a repeated layer is cut at the same ops."""
-    position = {nid: k for k, nid in enumerate(ids)}
+    each copy of a repeated layer is cut at the same ops. ``position``: each id's index in ``ids``."""
     folded = weight_only(g)
     last_use: dict[Ref, int] = {}
     for nid in ids:

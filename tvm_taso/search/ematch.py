@@ -236,25 +236,26 @@ class Matcher:
         key = (id(pat), None if classes is None else id(classes))
         found = self._sites.get(key)
         if found is None:
-            node_pat = pat.expr if isinstance(pat, Get) else pat
-            candidates = self._near(node_pat.op, classes) if classes is not None else self.view.by_op.get(node_pat.op, ())
-            found = self._sites[key] = [
-                (cid, env) for cid, enode in candidates
-                if not (isinstance(pat, Get) and pat.index >= len(self.view.types[cid]))
-                for env in self._enode(node_pat, enode, {})
-            ]
+            found = self._sites[key] = [(cid, env) for cid, node_pat, enode in self._root_candidates(pat, classes)
+                                        for env in self._enode(node_pat, enode, {})]
         return found
+
+    def _root_candidates(self, pat, classes: set | None):
+        """(class, node pattern, e-node) for each e-node of the root pattern's op that may match
+        it, in ``classes`` if given; a ``get`` root only in classes with that many outputs."""
+        node_pat = pat.expr if isinstance(pat, Get) else pat
+        candidates = self._near(node_pat.op, classes) if classes is not None else self.view.by_op.get(node_pat.op, ())
+        for cid, enode in candidates:
+            if not (isinstance(pat, Get) and pat.index >= len(self.view.types[cid])):
+                yield cid, node_pat, enode
 
     def _partners(self, pat, env: dict, classes: set | None):
         """(class, bindings, names known to agree with ``env``) of each site of the root pattern
         ``pat`` that may agree with ``env`` (:func:`_merged` checks the rest)."""
         if env and self._reads_bindings(pat):  # its attributes are computed from other roots' bindings
-            node_pat = pat.expr if isinstance(pat, Get) else pat
-            candidates = self._near(node_pat.op, classes) if classes is not None else self.view.by_op.get(node_pat.op, ())
-            for cid, enode in candidates:
-                if not (isinstance(pat, Get) and pat.index >= len(self.view.types[cid])):
-                    for env2 in self._enode(node_pat, enode, env):
-                        yield cid, env2, env2.keys()
+            for cid, node_pat, enode in self._root_candidates(pat, classes):
+                for env2 in self._enode(node_pat, enode, env):
+                    yield cid, env2, env2.keys()
             return
         sites = self.root_sites(pat, classes)
         if not env:
