@@ -22,6 +22,7 @@ from tvm_taso.rewrite.match import conditions_hold  # noqa: E402
 from tvm_taso.rewrite.rule import Get, default_rules  # noqa: E402
 from tvm_taso.search import check_search, egraph, ematch, eqsat, search  # noqa: E402
 from tvm_taso.search.backtrack import SearchStats  # noqa: E402
+from tvm_taso.search.extract import Extractor  # noqa: E402
 
 from test_fuzz import evaluate_graph, random_module  # noqa: E402
 
@@ -43,8 +44,8 @@ def _outputs(g: Graph, feeds: dict) -> list:
     return [values[r] for r in g.outputs]
 
 
-def qkv_relu(n: int = 3) -> Graph:
-    """``n`` Q/K/V-shaped projections of one input, each followed by relu."""
+def qkv_relu(n: int = 3, activation: str = "relu") -> Graph:
+    """``n`` Q/K/V-shaped projections of one input, each followed by relu (or ``activation``)."""
     rng = np.random.default_rng(0)
     g = Graph()
     x = g.add_leaf("input", TensorType((1, 16, 64), "float32"), None, key="x")
@@ -52,7 +53,7 @@ def qkv_relu(n: int = 3) -> Graph:
     for i in range(n):
         w = g.add_leaf("const", TensorType((64, 64), "float32"),
                        (rng.standard_normal((64, 64)).astype("float32"), None), key=("w", i))
-        outs.append((g.add("relu", [(g.add("matmul", [(x, 0), (w, 0)], {}), 0)], {}), 0))
+        outs.append((g.add(activation, [(g.add("matmul", [(x, 0), (w, 0)], {}), 0)], {}), 0))
     g.outputs = outs
     return g
 
@@ -264,3 +265,28 @@ def test_unknown_search_and_missing_egglog(monkeypatch):
     with pytest.raises(ImportError, match=r"tvm-taso\[eqsat\]"):
         check_search("eqsat")
     check_search("backtrack")  # needs nothing
+
+
+def test_gap_diagnostic_finds_graphs_in_the_egraph():
+    """benchmarks.eqsat_gap's containment check: the input graph and the graph extracted from
+    the saturated e-graph are in it; a graph computing something else is not, and its missing ops
+    are named."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed
+    from benchmarks.eqsat_gap import missing_enodes, region_row
+
+    g = qkv_relu()
+    eg = egraph.EGraph()
+    roots, original = eqsat._load(eg, g)
+    creator: dict = {}
+    eqsat.saturate(eg, RULE_SET, SMALL, time.perf_counter() + 30, creator, original)
+    assert missing_enodes(eg, eg.view, g) == []
+    merged = Extractor(eg, eg.view, g, roots, COST, creator, original, {}).run(time.perf_counter() + 30).graph
+    assert [n.op for n in merged.nodes.values()].count("matmul") == 1
+    assert missing_enodes(eg, eg.view, merged) == []
+    assert missing_enodes(eg, eg.view, qkv_relu(activation="sigmoid")) == ["sigmoid"] * 3
+    row = region_row(g, RULES, COST, SMALL)
+    assert row["eqsat"]["cost"] <= row["backtrack"]["cost"] + 1e-9 < row["cost_before"]
+    assert "eqsat_loses" not in row and row["eqsat"]["extracted_cost"] >= row["eqsat"]["cost"] - 1e-9
