@@ -89,11 +89,12 @@ def region_row(sub: Graph, rules, cost, limits: eqsat.EqsatLimits) -> dict:
     eg = EGraph()
     roots, original = eqsat._load(eg, sub)
     creator: dict = {}
+    sites: list = []
     why, rounds = eqsat.saturate(eg, eqsat.RuleSet.of(rules), limits, time.perf_counter() + SECONDS_PER_SEARCH,
-                                 creator, original)
+                                 creator, original, sites)
     view = eg.view
-    found = Extractor(eg, view, sub, roots, cost, creator, original, {}).run(
-        time.perf_counter() + SECONDS_PER_SEARCH, limits.ilp, limits.improve_tries)
+    found = Extractor(eg, view, sub, roots, cost, creator, original, {}, sites).run(
+        time.perf_counter() + SECONDS_PER_SEARCH, limits.ilp, limits.improve_tries, limits.search_tries)
     missing = missing_enodes(eg, view, bt_graph)
     row = {
         "ops": backtrack.runtime_ops(sub), "cost_before": start,
@@ -138,6 +139,9 @@ def summary(models: dict) -> dict:
                                          for r in rows),
         "backtrack_graph_in_egraph": sum(not r["backtrack_ops_missing_from_egraph"] for r in rows),
         "costlier_by_model": {m: sum("eqsat_loses" in r for r in rs) for m, rs in models.items()},
+        # what the first pass alone would leave (optimize() then also searches straddling windows)
+        "region_cost_sums": {m: {k: sum(r[k]["cost"] for r in rs) for k in ("backtrack", "eqsat")}
+                             for m, rs in models.items()},
     }
 
 
@@ -146,19 +150,22 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny model sizes (default: full sizes)")
     parser.add_argument("--only", nargs="*", help="model names (default all eight)")
     parser.add_argument("--target", default="cuda")
-    parser.add_argument("-o", "--output", help="default: results/eqsat_gap_{quick,full}.json")
+    parser.add_argument("--search-tries", type=int, default=0,
+                        help="extraction's search over rule applications (EqsatLimits.search_tries; default off)")
+    parser.add_argument("-o", "--output", help="default: results/eqsat_gap_{quick,full}[_search].json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     eqsat.require_egglog()
     from tqdm import tqdm
 
     sizes = "quick" if args.quick else "full"
-    output = args.output or str(RESULTS / f"eqsat_gap_{sizes}.json")
+    output = args.output or str(RESULTS / f"eqsat_gap_{sizes}{'_search' if args.search_tries else ''}.json")
     names = [n for n in MODELS if not args.only or n in args.only]
     unknown = sorted(set(args.only or ()) - set(MODELS))
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    rules, cost, limits = default_rules(), make_cost_model("analytic", args.target), eqsat.EqsatLimits()
+    rules, cost = default_rules(), make_cost_model("analytic", args.target)
+    limits = eqsat.EqsatLimits(search_tries=args.search_tries)
     models = {}
     for name in tqdm(names, desc="eqsat_gap", unit="model"):
         models[name] = model_rows(name, args.quick, rules, cost, limits)
@@ -167,6 +174,7 @@ def main(argv=None) -> int:
                    + ", ".join(f"{r['region']} ({r['eqsat']['cost'] / r['backtrack']['cost']:.3f}, {r['eqsat_loses']})"
                                for r in lost))
     result = {"sizes": sizes, "target": args.target, "cost_model": "analytic", "region_size": REGION_SIZE,
+              "search_tries": args.search_tries,
               "note": "first-pass regions searched on their own (optimize() also searches windows straddling "
                       "their boundaries and reuses repeated regions' results)",
               "models": models, "summary": summary(models)}

@@ -362,11 +362,13 @@ class Matcher:
 
 class Applier:
     """Adds rule targets to the e-graph for one round, reusing e-nodes it already holds;
-    ``creator`` records the rule that first made each e-node."""
+    ``creator`` records the rule that first made each e-node, ``sites`` (when given) the target
+    e-nodes of each rule applied (what extraction's rewrite moves choose together)."""
 
-    def __init__(self, eg: EGraph, view: EGraphView, shapes: Shapes, creator: dict):
+    def __init__(self, eg: EGraph, view: EGraphView, shapes: Shapes, creator: dict, sites: list | None = None):
         self.eg, self.view, self.shapes = eg, view, shapes
-        self.creator = creator
+        self.creator, self.sites = creator, sites
+        self._site: list = []
         self._new: dict = {}  # e-node -> Ref of this round's additions
         self._leaf: dict = {}
         for cid, enodes in view.classes.items():
@@ -385,6 +387,7 @@ class Applier:
                 src.append(self._output(cid, pat.index))
             else:
                 src.extend(self._outputs(cid))
+        self._site = []
         try:
             dst = [c for x in rule.dst for c in self._build(x, env)]
         except _EVALUATION_ERRORS:
@@ -394,6 +397,8 @@ class Applier:
         types = self.eg.ref_types
         if any(types[s] != types[d] for s, d in zip(src, dst)):
             return False
+        if self.sites is not None and self._site:
+            self.sites.append(tuple(self._site))
         for s, d in zip(src, dst):
             if self._find(s) != self._find(d):
                 self.eg.union(s, d)
@@ -404,6 +409,7 @@ class Applier:
         return self.view.canonical.get(ref, ref)
 
     def _enode(self, enode, make) -> int:
+        self._site.append(enode)
         found = self.view.class_of.get(enode)
         if found is None:
             found = self._new.get(enode)

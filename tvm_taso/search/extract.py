@@ -1,7 +1,7 @@
 """Extraction: the cheapest acyclic graph an e-graph represents, under the real cost model.
 
 A graph's cost is fusion-aware (:func:`tvm_taso.cost.model.kernels`), not a sum over e-nodes,
-so extraction runs in two steps:
+so extraction runs in two steps, and an optional third:
 
 1. candidates from a per-e-node approximation: each e-node priced as a one-op kernel by the
    same :class:`CostModel` (free: leaves, tuple outputs, views and weight-only e-nodes, which are
@@ -20,8 +20,18 @@ so extraction runs in two steps:
    graph built and priced, and trying them all was most of the search's time on 1,000-e-node
    e-graphs.
 
+3. optionally (``search_tries``), TASO's backtracking search run over the e-graph instead of on
+   graphs: from the input graph, a move applies one rule application saturation recorded (its
+   target's e-nodes chosen together, what the graph lacks chosen greedily), graphs within alpha
+   of the best are expanded cheapest first, each pricing every move that applies. It reaches
+   graphs the local improvement cannot, where a step pays only after the next (on NasNet-A,
+   whose chained concats fuse into one kernel the per-e-node prices cannot see), without
+   matching the rules again.
+
 The ILP is off by default (:class:`tvm_taso.search.eqsat.EqsatLimits`): HiGHS took seconds on a
-few hundred e-nodes here, and its per-e-node prices misjudge fusion, so its graph rarely won.
+few hundred e-nodes here, and its per-e-node prices misjudge fusion, so its graph rarely won. So
+is the search over rule applications: on the eight benchmark models at both sizes it took a
+median 1.6x eqsat's time (0.86-2.0x) for a cheaper graph on four of sixteen (see README).
 """
 
 from __future__ import annotations
@@ -56,13 +66,14 @@ class Extraction:
     graph: Graph
     cost: float
     rules: tuple  # rules that created the e-nodes the graph uses
-    method: str  # which candidate won: "input", "greedy", "ilp"; "+local" when improved
+    method: str  # which candidate won: "input", "greedy", "ilp"; "+local" when improved; "search"
     seconds: float
+    others: tuple = ()  # (graph, cost, rules) of what the other method found, when it differs
 
 
 class Extractor:
     def __init__(self, eg: EGraph, view: EGraphView, sub: Graph, roots: list[int], cost: CostModel,
-                 creator: dict, original: dict, kernel_memo: dict):
+                 creator: dict, original: dict, kernel_memo: dict, sites: list = ()):
         self.eg, self.view, self.sub = eg, view, sub
         self.roots = [view.find(r) for r in roots]  # the output classes now (after the unions)
         self.cost, self.creator = cost, creator
@@ -79,6 +90,23 @@ class Extractor:
                 for ch in set(e[2]):
                     self._parents.setdefault(ch, []).append((cid, e))
         self._greedy, self._greedy_cost = self.greedy()
+        self.rewrites = self._rewrites(sites)
+
+    def _rewrites(self, sites) -> list[dict]:
+        """Each recorded rule application's target (:class:`tvm_taso.search.ematch.Applier`) as
+        choices, class -> e-node, in the final classes; each distinct one once."""
+        found: dict[frozenset, dict] = {}
+        find, class_of = self.view.find, self.view.class_of
+        for enodes in sites:
+            choices = {}
+            for kind, key, children in enodes:
+                e = (kind, key, tuple(find(c) for c in children))
+                cid = class_of.get(e)
+                if cid is not None and cid not in e[2]:
+                    choices[cid] = e
+            if choices:
+                found.setdefault(frozenset(choices.items()), choices)
+        return list(found.values())
 
     # -- the per-e-node approximation ----------------------------------------------------------
     def _weight_classes(self) -> set[int]:
@@ -287,7 +315,8 @@ class Extractor:
         g.prune()
         return g, used
 
-    def run(self, deadline: float, use_ilp: bool = False, tries: int = 96) -> Extraction:
+    def run(self, deadline: float, use_ilp: bool = False, tries: int = 96, search_tries: int = 0,
+            alpha: float = 1.05) -> Extraction:
         """The cheapest graph found by the deadline (see the module docstring)."""
         t0 = time.perf_counter()
         greedy = self._greedy
@@ -315,8 +344,20 @@ class Extractor:
         c2, g2, used2 = self._improve(c, g, used, greedy, deadline, tries)
         if c2 < c - 1e-9:
             c, g, used, method = c2, g2, used2, method + "+local"
-        rules = tuple(sorted({self.creator[e] for e in used.values() if e in self.creator}))
-        return Extraction(g, c, rules, method, time.perf_counter() - t0)
+        others = ()
+        start = self.build(self.original, greedy) if search_tries and self.rewrites else None
+        if start is not None:
+            c3, g3, used3 = self._search(self.cost.cost(start[0]), *start, deadline, search_tries, alpha)
+            if c3 < c - 1e-9:
+                others = ((g, c, self._rules(used)),)
+                c, g, used, method = c3, g3, used3, "search"
+            elif used3 != used:
+                others = ((g3, c3, self._rules(used3)),)
+        return Extraction(g, c, self._rules(used), method, time.perf_counter() - t0, others)
+
+    def _rules(self, used: dict) -> tuple:
+        """The rules that made the e-nodes a graph's choices use."""
+        return tuple(sorted({self.creator[e] for e in used.values() if e in self.creator}))
 
     def _improve(self, cost: float, g: Graph, used: dict, greedy: dict, deadline: float, tries: int):
         """Local improvement under the real cost: force one class to another of its e-nodes,
@@ -368,6 +409,68 @@ class Extractor:
                     improved, left = True, tries
                     break
         return cost, g, used
+
+    def _search(self, cost: float, g: Graph, used: dict, deadline: float, tries: int, alpha: float):
+        """Backtracking over the e-graph (the module docstring's third step) from graph ``used``;
+        (cost, graph, choices) of the best found. Stops after ``tries`` graphs priced without a
+        cheaper one (each distinct graph is priced once), at the deadline, or when no graph
+        within ``alpha`` of the best is left to expand."""
+        best = (cost, g, used)
+        seen = {frozenset(used.items())}
+        queue = [(cost, 0, used)]
+        left = tries
+        while queue and left > 0:
+            _, _, now = heapq.heappop(queue)
+            around, moves = self._rewrite_moves(now)
+            for move in moves:
+                if left <= 0 or time.perf_counter() > deadline:
+                    return best
+                better = False
+                for built in self._moves(move, now, around):
+                    choices = frozenset(built[1].items())
+                    if choices in seen:
+                        continue
+                    seen.add(choices)
+                    c = self.cost.cost(built[0])
+                    left -= 1
+                    if c < best[0] - 1e-9:
+                        best, left, better = (c, built[0], built[1]), tries, True
+                    if c < best[0] * alpha:
+                        heapq.heappush(queue, (c, len(seen), built[1]))
+                if better:
+                    break  # expand the new best next
+        return best
+
+    def _rewrite_moves(self, used: dict) -> tuple[dict, list[dict]]:
+        """The greedy choice around graph ``used`` (its classes free) and the recorded rule
+        applications whose target changes it, the cheapest under the per-e-node prices first."""
+        around, priced = self.greedy_given(used)
+        moves = []
+        for move in self.rewrites:
+            if not any(c in used and used[c] != e for c, e in move.items()):
+                continue
+            added = sum(self.node_cost[(c, e)] + sum(priced[ch] for ch in e[2] if ch not in move)
+                        - (self.node_cost[(c, used[c])] if c in used else 0.0) for c, e in move.items())
+            moves.append((added, len(moves), move))
+        moves.sort(key=lambda m: m[:2])
+        return around, [m[2] for m in moves]
+
+    def _moves(self, move: dict, used: dict, around: dict):
+        """The graphs a move (class -> e-node) leads to from graph ``used``: the graph with those
+        classes switched (what they need and the graph lacks chosen greedily, reading the
+        graph's classes where it can); then, if the move built a tuple, with every class of the
+        graph that the tuple can give taking it (the other outputs of a merged op)."""
+        local = self.build({**used, **move}, around)
+        if local is None:
+            return
+        yield local
+        tuples = {c for c in local[1] if self.view.is_tuple(c)} - set(used)
+        shared = {c: x for c in local[1] for x in self.view.classes[c]
+                  if x[0] == "get" and x[2][0] in tuples and local[1][c] != x}
+        if shared:
+            merged = self.build({**local[1], **shared}, around)
+            if merged is not None:
+                yield merged
 
 
 class _Cycle(Exception):

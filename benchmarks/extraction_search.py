@@ -1,0 +1,115 @@
+"""eqsat with and without extraction's search over rule applications, side by side.
+
+For each model (both sizes by default), in one run, one after the other: ``tvm_taso.search.search`` with
+``kind="eqsat"`` under ``EqsatLimits()`` and under ``EqsatLimits(search_tries=N)``, on every
+dataflow block of ``main``, under one cost model (analytic, priced for cuda): the seconds in the
+search and the estimated cost of the graph each finds, with backtracking's cost for reference.
+
+    python -m benchmarks.extraction_search                  # results/extraction_search.json
+    python -m benchmarks.extraction_search --quick --only nasnet-a nasrnn
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+from tvm import relax
+
+from tvm_taso.cost.factory import make_cost_model
+from tvm_taso.files import write_text_atomically
+from tvm_taso.io.onnx_import import import_relax
+from tvm_taso.ir.ops import OpError
+from tvm_taso.ir.relax_bridge import BlockGraph
+from tvm_taso.rewrite.rule import default_rules
+from tvm_taso.search import eqsat, search
+
+from .models import MODELS, build
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def graphs(name: str, quick: bool) -> list:
+    mod = import_relax(build(name, quick=quick))
+    found = []
+    for block in mod["main"].body.blocks:
+        if isinstance(block, relax.DataflowBlock):
+            try:
+                found.append(BlockGraph(block, Counter()).graph)
+            except OpError:  # left alone by the optimizer too
+                continue
+    return found
+
+
+def run_search(gs: list, rules, cost, kind: str, limits: eqsat.EqsatLimits | None, time_limit: float):
+    seconds = total = 0.0
+    for g in gs:
+        t0 = time.perf_counter()
+        new = search(g, rules, cost, time_limit=time_limit, kind=kind, limits=limits)
+        seconds += time.perf_counter() - t0
+        total += cost.cost(new)
+    return seconds, total
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model sizes only (default: both sizes)")
+    parser.add_argument("--only", nargs="*", help="model names (default all eight)")
+    parser.add_argument("--search-tries", type=int, default=100)
+    parser.add_argument("--time-limit", type=float, default=300.0, help="seconds per model and search")
+    parser.add_argument("--target", default="cuda")
+    parser.add_argument("-o", "--output", help="default: results/extraction_search.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    eqsat.require_egglog()
+    unknown = sorted(set(args.only or ()) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    from tqdm import tqdm
+
+    rules, cost = default_rules(), make_cost_model("analytic", args.target)
+    settings = {"default": eqsat.EqsatLimits(), f"search_tries={args.search_tries}":
+                eqsat.EqsatLimits(search_tries=args.search_tries)}
+    rows = []
+    pairs = [(size, n) for size in (("quick",) if args.quick else ("quick", "full"))
+             for n in MODELS if not args.only or n in args.only]
+    for size, name in tqdm(pairs, desc="extraction_search", unit="model"):
+        gs = graphs(name, size == "quick")
+        row = {"size": size, "model": name,
+               "backtrack_cost": run_search(gs, rules, cost, "backtrack", None, args.time_limit)[1]}
+        for label, limits in settings.items():
+            seconds, total = run_search(gs, rules, cost, "eqsat", limits, args.time_limit)
+            row[label] = {"seconds": seconds, "cost": total, "vs_backtrack": total / row["backtrack_cost"]}
+        rows.append(row)
+        a, b = (row[k] for k in settings)
+        tqdm.write(f"{size:5s} {name:14s} default {a['seconds']:6.2f} s {a['cost']:10.3f} ({a['vs_backtrack']:.4f} of "
+                   f"backtracking) | with search {b['seconds']:6.2f} s {b['cost']:10.3f} ({b['vs_backtrack']:.4f})")
+    a_key, b_key = settings
+    ratios = [r[b_key]["seconds"] / r[a_key]["seconds"] for r in rows]
+    result = {
+        "target": args.target, "cost_model": "analytic", "settings": list(settings),
+        "note": "one run of each setting per model, one after the other, on this machine; costs are the whole blocks' "
+                "estimates after the search (weights not folded)",
+        "rows": rows,
+        "summary": {
+            "median_time_ratio": statistics.median(ratios), "time_ratio_range": [min(ratios), max(ratios)],
+            "cheaper_with_search": [f"{r['size']} {r['model']}" for r in rows
+                                    if r[b_key]["cost"] < r[a_key]["cost"] - 1e-9],
+            "costlier_than_backtracking": {k: [f"{r['size']} {r['model']}" for r in rows
+                                               if r[k]["cost"] > r["backtrack_cost"] * (1 + 1e-9)] for k in settings},
+        },
+    }
+    output = args.output or str(RESULTS / "extraction_search.json")
+    write_text_atomically(output, json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["summary"], indent=1))
+    print(f"wrote {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
