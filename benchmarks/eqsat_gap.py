@@ -16,7 +16,6 @@ That split says whether a fix belongs to saturation or to extraction.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from collections import Counter
@@ -25,7 +24,6 @@ from pathlib import Path
 from tvm import relax
 
 from tvm_taso.cost.factory import make_cost_model
-from tvm_taso.files import write_text_atomically
 from tvm_taso.io.onnx_import import import_relax
 from tvm_taso.ir.graph import LEAVES, Graph
 from tvm_taso.ir.ops import OpError
@@ -36,7 +34,8 @@ from tvm_taso.search.backtrack import SearchStats
 from tvm_taso.search.egraph import EGraph, EGraphView
 from tvm_taso.search.extract import Extractor
 
-from .models import MODELS, build
+from .cli import chosen_models, write_result
+from .models import build
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +159,7 @@ def main(argv=None) -> int:
 
     sizes = "quick" if args.quick else "full"
     output = args.output or str(RESULTS / f"eqsat_gap_{sizes}{'_search' if args.search_tries else ''}.json")
-    names = [n for n in MODELS if not args.only or n in args.only]
-    unknown = sorted(set(args.only or ()) - set(MODELS))
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    names = chosen_models(parser, args.only)
     rules, cost = default_rules(), make_cost_model("analytic", args.target)
     limits = eqsat.EqsatLimits(search_tries=args.search_tries)
     models = {}
@@ -178,9 +174,7 @@ def main(argv=None) -> int:
               "note": "first-pass regions searched on their own (optimize() also searches windows straddling "
                       "their boundaries and reuses repeated regions' results)",
               "models": models, "summary": summary(models)}
-    write_text_atomically(output, json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["summary"], indent=1))
-    print(f"wrote {output}")
+    write_result(output, result)
     return 0
 
 

@@ -12,7 +12,6 @@ search and the estimated cost of the graph each finds, with backtracking's cost 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import time
@@ -22,14 +21,14 @@ from pathlib import Path
 from tvm import relax
 
 from tvm_taso.cost.factory import make_cost_model
-from tvm_taso.files import write_text_atomically
 from tvm_taso.io.onnx_import import import_relax
 from tvm_taso.ir.ops import OpError
 from tvm_taso.ir.relax_bridge import BlockGraph
 from tvm_taso.rewrite.rule import default_rules
 from tvm_taso.search import eqsat, search
 
-from .models import MODELS, build
+from .cli import chosen_models, write_result
+from .models import build
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -67,9 +66,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     eqsat.require_egglog()
-    unknown = sorted(set(args.only or ()) - set(MODELS))
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     from tqdm import tqdm
 
     rules, cost = default_rules(), make_cost_model("analytic", args.target)
@@ -77,7 +73,7 @@ def main(argv=None) -> int:
                 eqsat.EqsatLimits(search_tries=args.search_tries)}
     rows = []
     pairs = [(size, n) for size in (("quick",) if args.quick else ("quick", "full"))
-             for n in MODELS if not args.only or n in args.only]
+             for n in chosen_models(parser, args.only)]
     for size, name in tqdm(pairs, desc="extraction_search", unit="model"):
         gs = graphs(name, size == "quick")
         row = {"size": size, "model": name,
@@ -105,9 +101,7 @@ def main(argv=None) -> int:
         },
     }
     output = args.output or str(RESULTS / "extraction_search.json")
-    write_text_atomically(output, json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["summary"], indent=1))
-    print(f"wrote {output}")
+    write_result(output, result)
     return 0
 
 

@@ -18,7 +18,6 @@ eqsat issue was filed (full sizes), before the region and matching changes that 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
@@ -26,10 +25,10 @@ import warnings
 from pathlib import Path
 
 import tvm_taso
-from tvm_taso.files import write_text_atomically
 from tvm_taso.io.onnx_import import import_relax
 
-from .models import MODELS, build
+from .cli import chosen_models, write_result
+from .models import build
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +117,7 @@ def main(argv=None) -> int:
 
     sizes = "quick" if args.quick else "full"
     output = args.output or str(RESULTS / f"search_compare_{sizes}.json")
-    names = [n for n in MODELS if not args.only or n in args.only]
+    names = chosen_models(parser, args.only)
     rows = []
     for name in tqdm(names, desc="search_compare", unit="model"):
         row = compare(name, args.quick, args.time_limit, args.target, args.repeats)
@@ -133,9 +132,7 @@ def main(argv=None) -> int:
               "repeats": args.repeats,
               "note": "search seconds: medians of the repeats on this 2-core machine; TENSAT's are as published, "
                       "on other hardware", "models": rows, "summary": summary(rows)}
-    write_text_atomically(output, json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["summary"], indent=1))
-    print(f"wrote {output}")
+    write_result(output, result)
     return 0
 
 
