@@ -319,7 +319,9 @@ def test_extraction_search_over_rule_applications():
         gains[k] = (local.cost / searched.cost, sub)
     k, (gain, sub) = max(gains.items(), key=lambda kv: kv[1][0])
     assert gain > 1.2, gains
+    stats = SearchStats()
     with_search = eqsat.EqsatRegion(RULES, COST, eqsat.EqsatLimits(search_tries=100))(
-        sub, time.perf_counter() + 60, SearchStats())
+        sub, time.perf_counter() + 60, stats)
     without = eqsat.EqsatRegion(RULES, COST)(sub, time.perf_counter() + 60, SearchStats())
     assert with_search[1] <= without[1] + 1e-9
+    assert sum(delta for _, delta in stats.curve) == pytest.approx(with_search[1] - COST.cost(sub))

@@ -365,6 +365,7 @@ class EqsatRegion:
             # rewrites that pay only through fusion, or only after a step extraction missed
             starts = [(best, best_cost, path)] + [(g, c, r or ("eqsat",)) for g, c, r in found.others
                                                   if c < start_cost - 1e-9]
+            refined_better = False
             for graph, graph_cost, graph_path in starts:
                 scratch = SearchStats()
                 refined = backtrack.search_region(graph, self.rules, self.cost, self.alpha, self.limits.refine_budget,
@@ -374,11 +375,11 @@ class EqsatRegion:
                 stats.candidates += scratch.candidates
                 if refined[1] < graph_cost - 1e-9:
                     graph, graph_cost, graph_path = refined[0], refined[1], graph_path + refined[2]
-                    if graph_cost < best_cost - 1e-9:
-                        stats.curve.extend(scratch.curve)
-                        stats.refined += 1
+                    refined_better |= graph_cost < best_cost - 1e-9
                 if graph_cost < best_cost - 1e-9:
+                    stats.curve.append((time.perf_counter(), graph_cost - best_cost))
                     best, best_cost, path = graph, graph_cost, graph_path
+            stats.refined += refined_better
         if self.auto and backtrack.runtime_ops(sub) <= AUTO_BOTH_OPS:
             stats.engines["backtrack"] += 1
             other = backtrack.search_region(sub, self.rules, self.cost, self.alpha, self.budget,
