@@ -329,12 +329,14 @@ class Extractor:
                 found = None
             if found is not None:
                 candidates.append(("ilp", found))
-        best = None
+        best = start = None
         for method, choice in candidates:
             built = self.build(choice, greedy)
             if built is None:
                 continue
             c = self.cost.cost(built[0])
+            if method == "input":
+                start = (c, *built)  # where the search over rule applications starts
             if best is None or c < best[0] - 1e-9:
                 best = (c, method, built[0], built[1])
         if best is None:  # no candidate built (cycles, or ops refusing operands): keep the input
@@ -345,9 +347,8 @@ class Extractor:
         if c2 < c - 1e-9:
             c, g, used, method = c2, g2, used2, method + "+local"
         others = ()
-        start = self.build(self.original, greedy) if search_tries and self.rewrites else None
-        if start is not None:
-            c3, g3, used3 = self._search(self.cost.cost(start[0]), *start, deadline, search_tries, alpha)
+        if search_tries and self.rewrites and start is not None:
+            c3, g3, used3 = self._search(*start, deadline, search_tries, alpha)
             if c3 < c - 1e-9:
                 others = ((g, c, self._rules(used)),)
                 c, g, used, method = c3, g3, used3, "search"
