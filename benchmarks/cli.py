@@ -1,13 +1,24 @@
-"""What the benchmark commands share: the models an ``--only`` list names, and writing a result."""
+"""What the benchmark commands share: the models an ``--only`` list names, their dataflow blocks
+as graphs, and writing a result."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+from collections import Counter
+
+from tvm import relax
 
 from tvm_taso.files import write_text_atomically
+from tvm_taso.io.onnx_import import import_relax
+from tvm_taso.ir.graph import Graph
+from tvm_taso.ir.ops import OpError
+from tvm_taso.ir.relax_bridge import BlockGraph
 
-from .models import MODELS
+from .models import MODELS, build
+
+log = logging.getLogger(__name__)
 
 
 def chosen_models(parser: argparse.ArgumentParser, only: list[str] | None) -> list[str]:
@@ -24,3 +35,17 @@ def write_result(output: str, result: dict) -> None:
     write_text_atomically(output, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))
     print(f"wrote {output}")
+
+
+def block_graphs(name: str, quick: bool) -> list[tuple[int, Graph]]:
+    """(index, graph) of each dataflow block of the model's ``main`` that the optimizer reads; a
+    block it leaves alone is left out here too, with a warning."""
+    mod = import_relax(build(name, quick=quick))
+    found = []
+    blocks = [b for b in mod["main"].body.blocks if isinstance(b, relax.DataflowBlock)]
+    for k, block in enumerate(blocks):
+        try:
+            found.append((k, BlockGraph(block, Counter()).graph))
+        except OpError as err:
+            log.warning("%s: block %d not read (%s)", name, k, err)
+    return found

@@ -21,23 +21,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tvm import relax
-
 from tvm_taso.cost.factory import make_cost_model
-from tvm_taso.io.onnx_import import import_relax
 from tvm_taso.ir.graph import LEAVES, Graph
-from tvm_taso.ir.ops import OpError
-from tvm_taso.ir.relax_bridge import BlockGraph
 from tvm_taso.rewrite.rule import default_rules
 from tvm_taso.search import backtrack, eqsat
 from tvm_taso.search.backtrack import SearchStats
 from tvm_taso.search.egraph import EGraph, EGraphView
 from tvm_taso.search.extract import Extractor
 
-from .cli import chosen_models, write_result
-from .models import build
-
-log = logging.getLogger(__name__)
+from .cli import block_graphs, chosen_models, write_result
 
 RESULTS = Path(__file__).parent / "results"
 REGION_SIZE = 32  # optimize()'s default
@@ -109,15 +101,8 @@ def region_row(sub: Graph, rules, cost, limits: eqsat.EqsatLimits) -> dict:
 
 
 def model_rows(name: str, quick: bool, rules, cost, limits: eqsat.EqsatLimits) -> list[dict]:
-    mod = import_relax(build(name, quick=quick))
     rows = []
-    blocks = [b for b in mod["main"].body.blocks if isinstance(b, relax.DataflowBlock)]
-    for k, block in enumerate(blocks):
-        try:
-            g = BlockGraph(block, Counter()).graph
-        except OpError as err:  # a block the optimizer leaves alone is left out here too
-            log.warning("%s: block %d not read (%s)", name, k, err)
-            continue
+    for k, g in block_graphs(name, quick):
         for r, region in enumerate(backtrack.regions(g, REGION_SIZE)):
             sub = backtrack.extract(g, region)[0]
             if backtrack.runtime_ops(sub) == 0:

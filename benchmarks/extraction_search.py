@@ -15,34 +15,15 @@ import argparse
 import logging
 import statistics
 import time
-from collections import Counter
 from pathlib import Path
 
-from tvm import relax
-
 from tvm_taso.cost.factory import make_cost_model
-from tvm_taso.io.onnx_import import import_relax
-from tvm_taso.ir.ops import OpError
-from tvm_taso.ir.relax_bridge import BlockGraph
 from tvm_taso.rewrite.rule import default_rules
 from tvm_taso.search import eqsat, search
 
-from .cli import chosen_models, write_result
-from .models import build
+from .cli import block_graphs, chosen_models, write_result
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def graphs(name: str, quick: bool) -> list:
-    mod = import_relax(build(name, quick=quick))
-    found = []
-    for block in mod["main"].body.blocks:
-        if isinstance(block, relax.DataflowBlock):
-            try:
-                found.append(BlockGraph(block, Counter()).graph)
-            except OpError:  # left alone by the optimizer too
-                continue
-    return found
 
 
 def run_search(gs: list, rules, cost, kind: str, limits: eqsat.EqsatLimits | None, time_limit: float):
@@ -75,7 +56,7 @@ def main(argv=None) -> int:
     pairs = [(size, n) for size in (("quick",) if args.quick else ("quick", "full"))
              for n in chosen_models(parser, args.only)]
     for size, name in tqdm(pairs, desc="extraction_search", unit="model"):
-        gs = graphs(name, size == "quick")
+        gs = [g for _, g in block_graphs(name, size == "quick")]
         row = {"size": size, "model": name,
                "backtrack_cost": run_search(gs, rules, cost, "backtrack", None, args.time_limit)[1]}
         for label, limits in settings.items():
