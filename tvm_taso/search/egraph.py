@@ -10,7 +10,10 @@ The egglog sorts: ``T`` (a tensor, or a multi-output op's tuple) with constructo
 ``(Leaf i)`` (input or constant number ``i``), ``(Node k args)`` (op-and-attributes number
 ``k`` applied to a ``TL`` list), ``(Get t i)`` (output ``i`` of a tuple) and ``(Ref n)`` (a
 name: every term Python adds is unioned with a fresh ``Ref``, so that later batches can say
-which e-class they mean).
+which e-class they mean). Python's unions are ``Same`` facts, which one ``(run 1)`` per batch
+turns into unions: a ``union`` command costs egglog a rebuild each (45-80 us on 1,000-3,000
+e-nodes, growing with the e-graph), a fact 22 us (measured: a 6-round saturation's egglog time
+86 ms with union commands, 57 ms with facts).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ _SCHEMA = """
 (constructor Ref (i64) T)
 (constructor Nil () TL)
 (constructor Cons (T TL) TL)
+(relation Same (T T))
+(rule ((Same a b)) ((union a b)))
 """
 
 COMMANDS_PER_PROGRAM = 32
@@ -101,6 +106,7 @@ class EGraph:
             raise ImportError(MISSING)
         self._eg = _egglog.EGraph()
         self._eg.run_program(*self._eg.parse_program(_SCHEMA))
+        self._run = self._eg.parse_program("(run 1)")  # the batch's Same facts become unions
         self.op_keys: list[tuple[str, tuple]] = []  # op key -> (op, sorted attribute pairs)
         self._op_key_of: dict[tuple[str, tuple], int] = {}
         self.leaves: list[tuple] = []  # leaf number -> (op, type, payload, node key, graph node id or None)
@@ -123,7 +129,7 @@ class EGraph:
         ref = self._next_ref
         self._next_ref += 1
         self.ref_types[ref] = types
-        self._pending.append(f"(union (Ref {ref}) {term})")
+        self._pending.append(f"(Same (Ref {ref}) {term})")
         return ref
 
     def add_leaf(self, op: str, ty: TensorType, payload, key, node_id: int | None) -> int:
@@ -143,7 +149,7 @@ class EGraph:
         return self._name(f"(Get (Ref {tup}) {index})", (ty,))
 
     def union(self, a: int, b: int) -> None:
-        self._pending.append(f"(union (Ref {a}) (Ref {b}))")
+        self._pending.append(f"(Same (Ref {a}) (Ref {b}))")
 
     @property
     def pending(self) -> int:
@@ -157,6 +163,7 @@ class EGraph:
             # unions in one program 2.5 s, in programs of 32 commands 0.15 s)
             for start in range(0, len(pending), COMMANDS_PER_PROGRAM):
                 self._eg.run_program(*self._eg.parse_program("\n".join(pending[start:start + COMMANDS_PER_PROGRAM])))
+            self._eg.run_program(*self._run)
             self.view = self._read()
         return self.view
 
