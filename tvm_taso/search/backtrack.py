@@ -11,10 +11,12 @@ expanded graphs per region (``budget``) and the wall clock (``time_limit``) boun
 
 from __future__ import annotations
 
+import gc
 import heapq
 import logging
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from tvm_taso.rewrite import match
@@ -299,6 +301,22 @@ def splice(g: Graph, sub: Graph, leaf_of: dict[int, Ref], outs: list[Ref]) -> Gr
     return new
 
 
+@contextmanager
+def _collector_paused():
+    """CPython's cyclic garbage collector off while one region is searched. The searches
+    allocate millions of small tuples, dicts and lists, freed by reference counting, while
+    e-graphs, kernel memos and candidate graphs stay live; each collection pass walks those
+    live objects, which cost 10-20% of the search's time (measured on full VGG-19 and
+    NasRNN, eqsat). Cycles made in a region are collected once the collector is back on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def search(
     g: Graph,
     rules: list[Rule],
@@ -349,13 +367,14 @@ def search(
                 stats.reused += 1
                 stats.stopped["reused an identical region"] += 1
                 stats.curve.append((time.perf_counter(), best_cost - start_cost))
-            elif region_search is not None:
-                best, best_cost, path = region_search(sub, region_deadline, stats)
-                solved[key] = (best, best_cost, path, leaves)
             else:
-                best, best_cost, path = search_region(
-                    sub, rules, cost, alpha, budget, region_deadline, stats, patience
-                )
+                with _collector_paused():
+                    if region_search is not None:
+                        best, best_cost, path = region_search(sub, region_deadline, stats)
+                    else:
+                        best, best_cost, path = search_region(
+                            sub, rules, cost, alpha, budget, region_deadline, stats, patience
+                        )
                 solved[key] = (best, best_cost, path, leaves)
             rewritten = bool(path) and best_cost < start_cost * (1.0 - min_gain)  # float rounding is no gain
             if rewritten and judge is not None:
