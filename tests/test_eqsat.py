@@ -3,6 +3,7 @@ cleanly, the Q/K/V merge, and the option plumbing."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 import warnings
@@ -90,6 +91,14 @@ def test_qkv_relu_matmuls_are_merged():
     assert COST.cost(new) < COST.cost(g)
     feeds = _feeds(g)
     assert relative_error(_outputs(g, feeds), _outputs(new, feeds)) <= 1e-5
+
+
+def test_egglog_does_not_log_its_commands(caplog):
+    """egglog's Rust core logs every command at INFO through Python's logging; an application
+    logging at INFO gets tvm-taso's lines, not thousands of egglog's."""
+    caplog.set_level(logging.INFO)
+    search(qkv_relu(), RULES, COST, time_limit=60.0, kind="eqsat")
+    assert not [r for r in caplog.records if r.name.startswith("egglog")]
 
 
 def test_five_matmuls_of_one_input_become_one():

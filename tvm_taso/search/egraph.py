@@ -18,6 +18,7 @@ e-nodes, growing with the e-graph), a fact 22 us (measured: a 6-round saturation
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from tvm_taso.ir.ops import TensorType
@@ -26,6 +27,12 @@ try:
     from egglog import bindings as _egglog
 except ImportError:  # pragma: no cover - depends on the environment
     _egglog = None
+
+# egglog's Rust core logs every command it runs at INFO through Python's logging (pyo3-log): with
+# logging at INFO, thousands of lines per region, and a Python call each. Quiet unless the
+# application set a level for it.
+if logging.getLogger("egglog").level == logging.NOTSET:
+    logging.getLogger("egglog").setLevel(logging.WARNING)
 
 MISSING = (
     "search='eqsat' needs the egglog package: pip install 'tvm-taso[eqsat]' (or pip install 'egglog>=13')"
