@@ -2,16 +2,18 @@
 built from a config: nothing is downloaded) exported by PyTorch, through ``tvm-taso optimize
 --check``.
 
-    python -m benchmarks.onnx_models [--quick] [--target cuda] [--models bert gpt2 ...]
-        [--exporters classic dynamo] [--axes static dynamic] [--json OUT]
+    python -m benchmarks.onnx_models [--target cuda] [--search backtrack eqsat auto]
+        [--models bert gpt2 ...] [--exporters classic dynamo] [--axes static dynamic] [--json OUT]
 
 For every model x exporter (``torch.onnx.export(dynamo=False)`` and ``dynamo=True``) x axes
 (static, or dynamic batch / sequence): ``tvm-taso optimize --check`` (onnxruntime, inputs and
 outputs by name, dynamic dimensions at two sizes), ``onnx.checker.check_model(full_check=True)``
 on the result, and its interface (input and output names, element types, dimensions, symbolic
 ones included) compared with the original's. Prints a table and the rules applied per model,
-writes ``benchmarks/results/onnx_models.json``. Needs ``torch``, ``transformers`` and, for the
-dynamo exporter, ``onnxscript``.
+writes ``benchmarks/results/onnx_models.json``. With several ``--search`` values, each exported
+model is optimized by each search in turn, and a side-by-side table compares their estimated
+costs and search seconds. Needs ``torch``, ``transformers`` and, for the dynamo exporter,
+``onnxscript`` (``pip install -e ".[onnx-models]"``).
 """
 
 from __future__ import annotations
@@ -115,20 +117,22 @@ def interface(model: onnx.ModelProto) -> list[bytes]:
     return [v.SerializeToString() for v in list(model.graph.input) + list(model.graph.output)]
 
 
-def run(name: str, exporter: str, axes: str, target: str, work: Path) -> dict:
+def run(name: str, exporter: str, axes: str, target: str, work: Path, search: str = "backtrack") -> dict:
     from tvm_taso.cli.main import main as cli
 
-    row = {"model": name, "exporter": exporter, "axes": axes, "ok": False, "stage": "export"}
+    row = {"model": name, "exporter": exporter, "axes": axes, "search": search, "ok": False, "stage": "export"}
     src, out, rep = work / f"{name}-{exporter}-{axes}.onnx", work / "out.onnx", work / "report.json"
     t0 = time.perf_counter()
     try:
-        export(name, exporter, axes, src)
-        row["export_seconds"] = time.perf_counter() - t0
+        if not src.exists():  # another search's run exported it already
+            export(name, exporter, axes, src)
+            row["export_seconds"] = time.perf_counter() - t0
         original = onnx.load(src)
         row["nodes_before"] = len(original.graph.node)
         row["stage"] = "tvm-taso optimize --check"
         t1 = time.perf_counter()
-        status = cli(["optimize", str(src), "-o", str(out), "--target", target, "--check", "--report", str(rep)])
+        status = cli(["optimize", str(src), "-o", str(out), "--target", target, "--search", search, "--check",
+                      "--report", str(rep)])
         row["optimize_seconds"] = time.perf_counter() - t1
         if status != 0:
             raise RuntimeError(f"tvm-taso optimize exited with {status}")
@@ -156,20 +160,44 @@ def run(name: str, exporter: str, axes: str, target: str, work: Path) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | exporter | axes | nodes | search s | est. cost ratio | max rel err | result |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | exporter | axes | search | nodes | search s | est. cost ratio | max rel err | result |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         nodes = f"{r['nodes_before']}→{r['nodes_after']}" if "nodes_after" in r else str(r.get("nodes_before", "—"))
-        lines.append(f"| {r['model']} | {r['exporter']} | {r['axes']} | {nodes} | "
+        lines.append(f"| {r['model']} | {r['exporter']} | {r['axes']} | {r['search']} | {nodes} | "
                      f"{r.get('search_seconds', float('nan')):.2f} | {r.get('cost_ratio', float('nan')):.3f} | "
                      f"{r.get('max_rel_err', float('nan')):.1e} | "
                      f"{'pass' if r['ok'] else 'FAIL at ' + r['stage'] + ': ' + r.get('failed', '')} |")
     return "\n".join(lines)
 
 
+def side_by_side(rows: list[dict], searches: list[str]) -> str:
+    """Each model x exporter x axes that every search optimized: est. cost ratio and search
+    seconds per search, the first search the reference for the rest."""
+    by_case: dict = {}
+    for r in rows:
+        if r["ok"]:
+            by_case.setdefault((r["model"], r["exporter"], r["axes"]), {})[r["search"]] = r
+    head = " | ".join(f"{s}: cost ratio, s" for s in searches)
+    lines = [f"| model | exporter | axes | {head} | " + " | ".join(f"{s} cost / {searches[0]}, time / {searches[0]}"
+                                                              for s in searches[1:]) + " |",
+             "|---|---|---|" + "---|" * (2 * len(searches) - 1)]
+    for (model, exporter, axes), found in by_case.items():
+        if len(found) < len(searches):
+            continue
+        ref = found[searches[0]]
+        cells = [f"{found[s]['cost_ratio']:.3f}, {found[s]['search_seconds']:.2f}" for s in searches]
+        cells += [f"{found[s]['cost_ratio'] / ref['cost_ratio']:.3f}, "
+                  f"{found[s]['search_seconds'] / max(ref['search_seconds'], 1e-9):.2f}" for s in searches[1:]]
+        lines.append(f"| {model} | {exporter} | {axes} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.onnx_models", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="cuda", help="what the cost model prices for (default cuda)")
+    ap.add_argument("--search", nargs="+", default=["backtrack"], choices=["backtrack", "eqsat", "auto"],
+                    help="the searches tvm-taso optimize runs, each on every exported model (default backtrack)")
     ap.add_argument("--models", nargs="+", help="only these models (default all)")
     ap.add_argument("--exporters", nargs="+", default=["classic", "dynamo"], choices=["classic", "dynamo"])
     ap.add_argument("--axes", nargs="+", default=["static", "dynamic"], choices=["static", "dynamic"])
@@ -183,17 +211,22 @@ def main(argv=None) -> int:
         for name in names:
             for exporter in args.exporters:
                 for axes in args.axes:
-                    row = run(name, exporter, axes, args.target, Path(tmp))
-                    log.info("%s %s %s: %s in %.1f s %s", name, exporter, axes, "pass" if row["ok"] else "FAIL",
-                             row["seconds"], row.get("failed", ""))
-                    rows.append(row)
+                    for search in args.search:
+                        row = run(name, exporter, axes, args.target, Path(tmp), search)
+                        log.info("%s %s %s %s: %s in %.1f s %s", name, exporter, axes, search,
+                                 "pass" if row["ok"] else "FAIL", row["seconds"], row.get("failed", ""))
+                        rows.append(row)
     print(table(rows))
+    if len(args.search) > 1:
+        print("\nside by side (est. cost ratio: after / before under the analytic model; search seconds):")
+        print(side_by_side(rows, args.search))
     print("\nrules applied per model:")
     for r in rows:
         applied = ", ".join(f"{k} x{v}" for k, v in (r.get("applied") or {}).items()) or "none"
-        print(f"  {r['model']:13s} {r['exporter']:8s} {r['axes']:8s} {applied}")
+        print(f"  {r['model']:13s} {r['exporter']:8s} {r['axes']:8s} {r['search']:9s} {applied}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"target": args.target, "rows": rows}, indent=1, default=str) + "\n")
+    Path(args.json).write_text(json.dumps({"target": args.target, "search": args.search, "rows": rows}, indent=1,
+                                          default=str) + "\n")
     print(f"\nwrote {args.json}")
     return 0 if all(r["ok"] for r in rows) else 1
 
