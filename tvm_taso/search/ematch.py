@@ -244,7 +244,7 @@ class Matcher:
         """(class, node pattern, e-node) for each e-node of the root pattern's op that may match
         it, in ``classes`` if given; a ``get`` root only in classes with that many outputs."""
         node_pat = pat.expr if isinstance(pat, Get) else pat
-        candidates = self._near(node_pat.op, classes) if classes is not None else self.view.by_op.get(node_pat.op, ())
+        candidates = self.near(node_pat.op, classes) if classes is not None else self.view.by_op.get(node_pat.op, ())
         for cid, enode in candidates:
             if not (isinstance(pat, Get) and pat.index >= len(self.view.types[cid])):
                 yield cid, node_pat, enode
@@ -283,7 +283,7 @@ class Matcher:
             found = self._depends[id(pat)] = _attributes_compute(pat)
         return found
 
-    def _near(self, op: str, classes: set) -> list:
+    def near(self, op: str, classes: set) -> list:
         """The e-nodes of ``op`` in ``classes`` (one of a round's sets of classes near a change)."""
         key = (op, id(classes))
         found = self._near_by_op.get(key)

@@ -289,6 +289,9 @@ def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, c
                 if steps not in near:
                     near[steps] = view.ancestors(changed, steps)
                 roots_in = near[steps]
+                if not any(matcher.near(op, roots_in) for op in rule.root_ops):
+                    complete.add(id(rule))  # no class within its reach changed: no new site
+                    continue
             accept = None
             if len(rule.src) > 1:
                 accept = partial(dependencies.accepts, ordered=id(rule) in rules.symmetric,
