@@ -290,7 +290,7 @@ def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, c
                     near[steps] = view.ancestors(changed, steps)
                 roots_in = near[steps]
                 if not any(matcher.near(op, roots_in) for op in rule.root_ops):
-                    complete.add(id(rule))  # no class within its reach changed: no new site
+                    complete.add(id(rule))  # none of its root ops near a change: no new site
                     continue
             accept = None
             if len(rule.src) > 1:
