@@ -341,7 +341,8 @@ class EqsatRegion:
         eg = EGraph()
         roots, original = _load(eg, sub)
         creator: dict = {}
-        sites: list = []
+        # each rule application's targets, only for the extraction search that moves by them
+        sites: list | None = [] if self.limits.search_tries else None
         sat_deadline = start + (deadline - start) * (1 - self.limits.extraction_share)
         why, rounds = saturate(eg, self.rule_set, self.limits, sat_deadline, creator, original, sites)
         view = eg.view
@@ -350,7 +351,7 @@ class EqsatRegion:
         stats.engines["eqsat"] += 1
         stats.egraph_nodes = max(stats.egraph_nodes, view.size)
         stats.egraph_classes = max(stats.egraph_classes, len(view.classes))
-        found = Extractor(eg, view, sub, roots, self.cost, creator, original, self.kernel_memo, sites).run(
+        found = Extractor(eg, view, sub, roots, self.cost, creator, original, self.kernel_memo, sites or ()).run(
             max(deadline, time.perf_counter() + 0.05), self.limits.ilp, self.limits.improve_tries,
             self.limits.search_tries, self.alpha
         )
