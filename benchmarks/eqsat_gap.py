@@ -65,7 +65,10 @@ def missing_enodes(eg: EGraph, view: EGraphView, g: Graph) -> list[str]:
     return missing
 
 
-def region_row(sub: Graph, rules, cost, limits: eqsat.EqsatLimits) -> dict:
+def region_row(sub: Graph, region: eqsat.EqsatRegion) -> dict:
+    """Both region searches on ``sub``; ``region`` is the eqsat region search (its rules, cost
+    model and limits), made once per run as optimize() makes it once per search."""
+    rules, cost, limits = region.rules, region.cost, region.limits
     start = cost.cost(sub)
     t0 = time.perf_counter()
     bt_graph, bt_cost, bt_path = backtrack.search_region(sub, rules, cost, 1.05, 200,
@@ -73,18 +76,17 @@ def region_row(sub: Graph, rules, cost, limits: eqsat.EqsatLimits) -> dict:
     bt_seconds = time.perf_counter() - t0
     # the region search as search="eqsat" runs it (extraction, then refinement)
     t0 = time.perf_counter()
-    _, eq_cost, eq_path = eqsat.EqsatRegion(rules, cost, limits)(sub, time.perf_counter() + SECONDS_PER_SEARCH,
-                                                                 SearchStats())
+    _, eq_cost, eq_path = region(sub, time.perf_counter() + SECONDS_PER_SEARCH, SearchStats())
     eq_seconds = time.perf_counter() - t0
     # its steps again, to look inside: the saturated e-graph and extraction's own result
     eg = EGraph()
     roots, original = eqsat._load(eg, sub)
     creator: dict = {}
     sites: list = []
-    why, rounds = eqsat.saturate(eg, eqsat.RuleSet.of(rules), limits, time.perf_counter() + SECONDS_PER_SEARCH,
+    why, rounds = eqsat.saturate(eg, region.rule_set, limits, time.perf_counter() + SECONDS_PER_SEARCH,
                                  creator, original, sites)
     view = eg.view
-    found = Extractor(eg, view, sub, roots, cost, creator, original, {}, sites).run(
+    found = Extractor(eg, view, sub, roots, cost, creator, original, region.kernel_memo, sites).run(
         time.perf_counter() + SECONDS_PER_SEARCH, limits.ilp, limits.improve_tries, limits.search_tries)
     missing = missing_enodes(eg, view, bt_graph)
     row = {
@@ -100,14 +102,14 @@ def region_row(sub: Graph, rules, cost, limits: eqsat.EqsatLimits) -> dict:
     return row
 
 
-def model_rows(name: str, quick: bool, rules, cost, limits: eqsat.EqsatLimits) -> list[dict]:
+def model_rows(name: str, quick: bool, region: eqsat.EqsatRegion) -> list[dict]:
     rows = []
     for k, g in block_graphs(name, quick):
-        for r, region in enumerate(backtrack.regions(g, REGION_SIZE)):
-            sub = backtrack.extract(g, region)[0]
+        for r, ids in enumerate(backtrack.regions(g, REGION_SIZE)):
+            sub = backtrack.extract(g, ids)[0]
             if backtrack.runtime_ops(sub) == 0:
                 continue
-            rows.append({"block": k, "region": r, **region_row(sub, rules, cost, limits)})
+            rows.append({"block": k, "region": r, **region_row(sub, region)})
     return rows
 
 
@@ -145,11 +147,11 @@ def main(argv=None) -> int:
     sizes = "quick" if args.quick else "full"
     output = args.output or str(RESULTS / f"eqsat_gap_{sizes}{'_search' if args.search_tries else ''}.json")
     names = chosen_models(parser, args.only)
-    rules, cost = default_rules(), make_cost_model("analytic", args.target)
-    limits = eqsat.EqsatLimits(search_tries=args.search_tries)
+    region = eqsat.EqsatRegion(default_rules(), make_cost_model("analytic", args.target),
+                               eqsat.EqsatLimits(search_tries=args.search_tries))
     models = {}
     for name in tqdm(names, desc="eqsat_gap", unit="model"):
-        models[name] = model_rows(name, args.quick, rules, cost, limits)
+        models[name] = model_rows(name, args.quick, region)
         lost = [r for r in models[name] if "eqsat_loses" in r]
         tqdm.write(f"{name:14s} {len(models[name])} regions, eqsat costlier on {len(lost)}: "
                    + ", ".join(f"{r['region']} ({r['eqsat']['cost'] / r['backtrack']['cost']:.3f}, {r['eqsat_loses']})"

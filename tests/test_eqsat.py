@@ -298,7 +298,7 @@ def test_gap_diagnostic_finds_graphs_in_the_egraph():
     assert [n.op for n in merged.nodes.values()].count("matmul") == 1
     assert missing_enodes(eg, eg.view, merged) == []
     assert missing_enodes(eg, eg.view, qkv_relu(activation="sigmoid")) == ["sigmoid"] * 3
-    row = region_row(g, RULES, COST, SMALL)
+    row = region_row(g, eqsat.EqsatRegion(RULES, COST, SMALL))
     assert row["eqsat"]["cost"] <= row["backtrack"]["cost"] + 1e-9 < row["cost_before"]
     assert "eqsat_loses" not in row and row["eqsat"]["extracted_cost"] >= row["eqsat"]["cost"] - 1e-9
 
