@@ -30,6 +30,8 @@ from pathlib import Path
 
 import onnx
 
+from tvm_taso.files import write_text_atomically
+
 log = logging.getLogger("benchmarks.onnx_models")
 
 RESULTS = Path(__file__).parent / "results" / "onnx_models.json"
@@ -225,8 +227,8 @@ def main(argv=None) -> int:
         applied = ", ".join(f"{k} x{v}" for k, v in (r.get("applied") or {}).items()) or "none"
         print(f"  {r['model']:13s} {r['exporter']:8s} {r['axes']:8s} {r['search']:9s} {applied}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"target": args.target, "search": args.search, "rows": rows}, indent=1,
-                                          default=str) + "\n")
+    write_text_atomically(args.json, json.dumps({"target": args.target, "search": args.search, "rows": rows},
+                                                indent=1, default=str) + "\n")
     print(f"\nwrote {args.json}")
     return 0 if all(r["ok"] for r in rows) else 1
 
