@@ -106,7 +106,7 @@ def model_rows(name: str, quick: bool, region: eqsat.EqsatRegion) -> list[dict]:
     rows = []
     for k, g in block_graphs(name, quick):
         for r, ids in enumerate(backtrack.regions(g, REGION_SIZE)):
-            sub = backtrack.extract(g, ids)[0]
+            sub = backtrack.extract(g, ids).sub
             if backtrack.runtime_ops(sub) == 0:
                 continue
             rows.append({"block": k, "region": r, **region_row(sub, region)})

@@ -313,7 +313,7 @@ def test_extraction_search_over_rule_applications():
     g = BlockGraph(mod["main"].body.blocks[0], Counter()).graph
     gains = {}
     for k, region in enumerate(backtrack.regions(g, 32)):
-        sub = backtrack.extract(g, region)[0]
+        sub = backtrack.extract(g, region).sub
         eg = egraph.EGraph()
         roots, original = eqsat._load(eg, sub)
         creator, sites = {}, []

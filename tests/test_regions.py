@@ -3,11 +3,19 @@ layer (so that the copies are searched once), and a second pass straddling each 
 
 from __future__ import annotations
 
-import numpy as np
+import logging
+from pathlib import Path
 
+import numpy as np
+import pytest
+
+from tvm_taso.io.onnx_bridge import OnnxGraph
+from tvm_taso.io.onnx_model import load_onnx
 from tvm_taso.ir.graph import LEAVES, Graph
 from tvm_taso.ir.ops import TensorType
-from tvm_taso.search.backtrack import extract, regions
+from tvm_taso.search.backtrack import SearchStats, _splice_checked, extract, regions
+
+DATA = Path(__file__).parent / "data"
 
 SIZE = 16
 
@@ -54,7 +62,7 @@ def test_copies_of_a_layer_longer_than_a_region_are_cut_alike():
     the same few regions over and over."""
     g = _layers(8, 21)
     windows = regions(g, SIZE)
-    shapes = [extract(g, w)[0].shape_hash() for w in windows]
+    shapes = [extract(g, w).sub.shape_hash() for w in windows]
     assert len(windows) >= 12
     assert len(set(shapes)) <= 4
     assert shapes[2:-1:2] == [shapes[2]] * len(shapes[2:-1:2])  # after the first layer: two regions per layer
@@ -68,3 +76,72 @@ def test_second_pass_straddles_every_boundary():
     assert len(second) == len(first) - 1
     for a, b, window in zip(first, first[1:], second):
         assert window[0] in a and window[-1] in b  # one window across each boundary
+
+
+def _downstream_reads(g: Graph, ids: list[int]) -> list[int]:
+    """Ops of ``ids`` that read, through nodes outside ``ids``, a value made inside: a region
+    that is not convex (splicing a rewrite of it can close a cycle)."""
+    inside, users = set(ids), g.users()
+    down, stack = set(), [u for m in ids for u in users[m] if u not in inside]
+    while stack:
+        u = stack.pop()
+        if u not in down:
+            down.add(u)
+            stack += [v for v in users[u] if v not in inside]
+    return [m for m in ids if any(src in down for src, _ in g.nodes[m].inputs)]
+
+
+@pytest.mark.parametrize("model", ["googlenet_reduced", "shufflenet_v2_reduced"])
+def test_regions_are_convex_around_opaque_nodes(model):
+    """Reduced torchvision exports (tests/data/make_reduced_exports.py) whose opaque nodes (a
+    ceil-mode max-pool, a channel split computed from Shape) sit between ops of one stretch:
+    regions used to straddle them, and a merge across one made GoogLeNet and ShuffleNet V2 fail
+    with CycleError. Every region is convex now, in both passes, at every size."""
+    g = OnnxGraph(load_onnx(DATA / f"{model}.onnx")).graph
+    assert any(n.op == "opaque" for n in g.nodes.values())
+    for size in (8, 16, 32, 64):
+        for straddle in (False, True):
+            windows = regions(g, size, straddle)
+            assert windows or straddle
+            assert [w for w in windows if _downstream_reads(g, w)] == []
+
+
+def test_a_region_whose_rewrite_closes_a_cycle_is_dropped_with_a_warning(caplog):
+    """x -> a = relu(x) -> opaque(a) -> b = relu(opaque): a rewrite of the (non-convex) region
+    {a, b} that computes both in one op reads the opaque node's value to make its input. Splicing
+    it would close a cycle: the region is left as it was, one warning names it and its rules."""
+    g = Graph()
+    t = TensorType((4, 8), "float32")
+    x = (g.add_leaf("input", t, None, key="x"), 0)
+    a = g.add("relu", [x], {})
+    o = g.add_opaque(((a, 0),), (t,), "opaque")
+    b = g.add("relu", [(o, 0)], {})
+    g.outputs = [(b, 0)]
+    region = extract(g, [a, b])
+    best = region.sub.copy()
+    x_in, o_in = sorted(region.leaf_of)
+    both = best.add("relu", [(best.add("concat", [(x_in, 0), (o_in, 0)], {"axis": 0}), 0)], {})
+    halves = best.add("split", [(both, 0)], {"indices": (4,), "axis": 0})
+    best.outputs = [(halves, 0), (halves, 1)]
+    best.prune()
+    stats = SearchStats()
+    with caplog.at_level(logging.WARNING, logger="tvm_taso.search.backtrack"):
+        assert _splice_checked(g, region, best, stats, ("merge-relus", "merge-relus")) is None
+    assert stats.dropped == [{"region": 0, "rules": ["merge-relus"], "reason": "the graph has a cycle"}]
+    assert "merge-relus" in caplog.text and "left as it was" in caplog.text
+    g.topo_order()  # the graph itself is untouched
+
+
+def test_a_region_whose_rewrite_changes_a_type_is_dropped():
+    g = Graph()
+    x = (g.add_leaf("input", TensorType((4, 8), "float32"), None, key="x"), 0)
+    a = g.add("relu", [x], {})
+    g.outputs = [(g.add("sigmoid", [(a, 0)], {}), 0)]
+    region = extract(g, [a])
+    best = region.sub.copy()
+    (x_in,) = region.leaf_of
+    best.outputs = [(best.add("permute_dims", [(x_in, 0)], {"axes": (1, 0)}), 0)]
+    best.prune()
+    stats = SearchStats()
+    assert _splice_checked(g, region, best, stats, ("bad-rule",)) is None
+    assert stats.dropped[0]["rules"] == ["bad-rule"] and "type" in stats.dropped[0]["reason"]

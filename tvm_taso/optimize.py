@@ -19,6 +19,7 @@ from tvm_taso.cost.kernel_build import launched_kernels
 from tvm_taso.cost.model import CostModel
 from tvm_taso.guard import RegionGuard
 from tvm_taso.guard import guard as measured_guard
+from tvm_taso.io.onnx_import import InputError
 from tvm_taso.io.onnx_model import OnnxModel
 from tvm_taso.io.onnx_search import guard_onnx, optimize_onnx
 from tvm_taso.ir.graph import fold_constants
@@ -130,9 +131,17 @@ def optimize(
     bar = _progress_bar(mod) if progress else None
     extra = {}
     if isinstance(mod, OnnxModel):
-        new_mod, cost_before, cost_after, folded, extra = optimize_onnx(
-            mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search, judge
-        )
+        try:
+            new_mod, cost_before, cost_after, folded, extra = optimize_onnx(
+                mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search, judge
+            )
+        except InputError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the pass's promise: an internal failure keeps the model
+            log.debug("optimizing %s failed", mod.name, exc_info=True)
+            skipped[f"{mod.name}: left as is after an internal error ({type(err).__name__}: {err})"] += 1
+            new_mod = mod
+            stats.applied, stats.rewrites, stats.curve = Counter(), [], []
     else:
         new_mod, cost_before, cost_after, folded = _optimize_module(
             mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search, judge
@@ -158,6 +167,7 @@ def optimize(
         "regions_cut_short": stats.regions_cut_short,
         "regions_reused": stats.reused,
         "regions_stopped": dict(sorted(stats.stopped.items())),
+        "regions_dropped": stats.dropped,
         "search": {"kind": search, "seconds": stats.seconds, "regions": dict(stats.engines),
                    "egraph_nodes": stats.egraph_nodes, "egraph_classes": stats.egraph_classes,
                    "extraction_seconds": stats.extraction_seconds, "extraction": dict(stats.extraction_methods),

@@ -89,6 +89,27 @@ class Graph:
         found = self._find(op, inputs, attrs)
         return found if found is not None else self._insert(Node(op, inputs, attrs, types))
 
+    def place(self, nid: int, op: str, inputs: tuple[Ref, ...], attrs: tuple, types: tuple) -> int:
+        """:meth:`add_typed` at the free id ``nid`` (below the next id): a node rebuilt where it
+        was, so that what is written back from the graph knows it as the same node."""
+        if nid in self.nodes or nid >= self._next:
+            raise ValueError(f"node id {nid} is taken or was never given")
+        self.nodes[nid] = Node(op, inputs, attrs, types)
+        self._index.setdefault((op, inputs, attrs), nid)
+        self._derived = {}
+        return nid
+
+    def rewire(self, nid: int, inputs: tuple[Ref, ...]) -> None:
+        """Node ``nid`` reads ``inputs`` instead (in place: the same id, op, attributes, types and
+        payload), for operands replaced by equal values."""
+        node = self.nodes[nid]
+        self.nodes[nid] = Node(node.op, tuple(inputs), node.attrs, node.types, node.payload)
+        if node.op not in LEAVES and node.op != "opaque":
+            if self._index.get(node.key()) == nid:
+                del self._index[node.key()]
+            self._index.setdefault(self.nodes[nid].key(), nid)
+        self._derived = {}
+
     def _find(self, op: str, inputs: tuple[Ref, ...], attrs: tuple) -> int | None:
         """The live node computing ``op`` on ``inputs`` with ``attrs``, if there is one."""
         found = self._index.get((op, inputs, attrs))
@@ -141,12 +162,7 @@ class Graph:
             return
         for nid, node in list(self.nodes.items()):
             if any(r in mapping for r in node.inputs):
-                new_inputs = tuple(mapping.get(r, r) for r in node.inputs)
-                self.nodes[nid] = Node(node.op, new_inputs, node.attrs, node.types, node.payload)
-                if node.op not in LEAVES and node.op != "opaque":
-                    if self._index.get(node.key()) == nid:
-                        del self._index[node.key()]
-                    self._index.setdefault(self.nodes[nid].key(), nid)
+                self.rewire(nid, tuple(mapping.get(r, r) for r in node.inputs))
         self.outputs = [mapping.get(r, r) for r in self.outputs]
         self._derived = {}
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from tvm_taso.rewrite import match
 from tvm_taso.cost.model import CostModel
-from tvm_taso.ir.graph import LEAVES, Graph, Ref, fold_constants, weight_only
+from tvm_taso.ir.graph import LEAVES, CycleError, Graph, Ref, fold_constants, weight_only
+from tvm_taso.ir.ops import OpError
 from tvm_taso.rewrite.rule import Rule
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class SearchStats:
     seconds: float = 0.0  # in the search proper: regions searched and spliced, weights folded between them
     extraction_methods: Counter = field(default_factory=Counter)  # which extraction candidate won
     decisions: list = field(default_factory=list)  # a judge's verdict on each rewritten region
+    dropped: list = field(default_factory=list)  # rewritten regions that could not be spliced back
 
     def absorb(self, other: "SearchStats", kept: bool) -> None:
         """Add ``other``'s work; its results (rules, curve, rewrites) only if they were ``kept``."""
@@ -61,6 +63,7 @@ class SearchStats:
         self.refined += other.refined
         self.extraction_methods.update(other.extraction_methods)
         self.decisions.extend(other.decisions)
+        self.dropped.extend(other.dropped)
         if kept:
             self.folded += other.folded
             self.applied.update(other.applied)
@@ -178,8 +181,39 @@ def regions(g: Graph, size: int, straddle: bool = False) -> list[list[int]]:
         out.append([nid for part in stretches[start:end] for nid in part])
         start = end
     if straddle:
-        return [a[len(a) // 2 :] + b[: len(b) // 2] for a, b in zip(out, out[1:])]
-    return out
+        out = [a[len(a) // 2 :] + b[: len(b) // 2] for a, b in zip(out, out[1:])]
+    rank = {nid: k for k, nid in enumerate(g.topo_order())}
+    return [piece for window in out for piece in _convex_pieces(g, window, rank)]
+
+
+def _convex_pieces(g: Graph, window: list[int], rank: dict[int, int]) -> list[list[int]]:
+    """``window`` (consecutive known ops, in topological order) cut before every op that reads,
+    through nodes outside the window (opaque ones), a value an earlier op of its piece made. A
+    region must be convex: a rewrite may merge any of its ops, and a merged op that feeds an
+    outside node that feeds the region again closes a cycle (an opaque max-pool between two
+    branches of an Inception block, a shape computation between a conv and the Slice after it).
+    ``rank``: each node's index in the graph's topological order."""
+    inside = set(window)
+    last = rank[window[-1]] if window else -1
+    users = g.users()
+    pieces: list[list[int]] = []
+    piece: list[int] = []
+    downstream: set[int] = set()  # outside nodes that depend on the current piece
+    for nid in window:
+        if any(src in downstream for src, _ in g.nodes[nid].inputs):
+            pieces.append(piece)
+            piece, downstream = [], set()
+        piece.append(nid)
+        stack = [u for u in users[nid] if u not in inside]
+        while stack:
+            u = stack.pop()
+            if u in downstream or rank[u] > last:
+                continue  # nothing after the window's last op can feed it
+            downstream.add(u)
+            stack.extend(v for v in users[u] if v not in inside)
+    if piece:
+        pieces.append(piece)
+    return pieces
 
 
 def _stretch_shape(g: Graph, part: list[int], position: dict[int, int]) -> tuple:
@@ -241,13 +275,25 @@ def _stretches(g: Graph, ids: list[int], position: dict[int, int], size: int) ->
     return split(0, end, narrow=1) if end else []
 
 
-def extract(g: Graph, ids: list[int]) -> tuple[Graph, dict[int, Ref], list[Ref]]:
-    """The subgraph of ``ids`` (in topological order) with leaves for what it reads; also the outer ref of each leaf
-    and the outer refs its outputs stand for."""
+@dataclass
+class Region:
+    """A region cut out of a graph: ``sub``, its ops with leaves for what it reads; the outer ref
+    each leaf stands for (``leaf_of``), the outer refs its outputs stand for (``outs``), and the
+    outer node each of its ops was (``origin``)."""
+
+    sub: Graph
+    leaf_of: dict[int, Ref]
+    outs: list[Ref]
+    origin: dict[int, int]
+
+
+def extract(g: Graph, ids: list[int]) -> Region:
+    """The region of ``ids`` (in topological order) cut out of ``g``."""
     members = set(ids)
     sub = Graph()
     local: dict[Ref, Ref] = {}
     leaf_of: dict[int, Ref] = {}
+    origin: dict[int, int] = {}
     for nid in ids:
         node = g.nodes[nid]
         inputs = []
@@ -262,6 +308,7 @@ def extract(g: Graph, ids: list[int]) -> tuple[Graph, dict[int, Ref], list[Ref]]
                 leaf_of[lid] = ref
             inputs.append(local[ref])
         new = sub.add(node.op, inputs, node.attr, origin=node.payload)
+        origin.setdefault(new, nid)
         for i in range(len(node.types)):
             local[(nid, i)] = (new, i)
         local[(nid, -1)] = (new, -1)
@@ -275,29 +322,63 @@ def extract(g: Graph, ids: list[int]) -> tuple[Graph, dict[int, Ref], list[Ref]]
         outs.extend(r for r in wanted if r[0] == nid)
     outs = list(dict.fromkeys(outs))
     sub.outputs = [local[r] for r in outs]
-    return sub, leaf_of, outs
+    return Region(sub, leaf_of, outs, origin)
 
 
-def splice(g: Graph, sub: Graph, leaf_of: dict[int, Ref], outs: list[Ref]) -> Graph:
-    """``g`` with the region whose outputs are ``outs`` replaced by ``sub``."""
+def splice(g: Graph, region: Region, best: Graph) -> Graph:
+    """``g`` with ``region`` replaced by ``best`` (a rewrite of its ``sub``). An op of ``best``
+    that is an op of the region (the same id, op and attributes; its operands may have been
+    replaced by equal values) stays the outer node it was, rewired: the nodes no rewrite
+    replaced keep their identity, so a writer can give them back verbatim."""
     new = g.copy()
     outer: dict[Ref, Ref] = {}
-    for nid in sub.topo_order():
-        node = sub.nodes[nid]
-        if node.op in LEAVES and nid in leaf_of:
-            outer[(nid, 0)] = leaf_of[nid]
+    placed: set[int] = set()
+    for nid in best.topo_order():
+        node = best.nodes[nid]
+        if node.op in LEAVES and nid in region.leaf_of:
+            outer[(nid, 0)] = region.leaf_of[nid]
             continue
         if node.op == "const":
             cid = new.add_leaf("const", node.types[0], node.payload, key=("spliced", new._next))
             outer[(nid, 0)] = (cid, 0)
             continue
-        nn = new.add(node.op, [outer[r] for r in node.inputs], node.attr, origin=node.payload)
+        inputs = [outer[r] for r in node.inputs]
+        was = region.origin.get(nid)
+        if was is not None and was not in placed and was in new.nodes and \
+                (new.nodes[was].op, new.nodes[was].attrs) == (node.op, node.attrs):
+            new.rewire(was, tuple(inputs))
+            nn = was
+        else:
+            nn = new.add(node.op, inputs, node.attr, origin=node.payload)
+        placed.add(nn)
         for i in range(len(node.types)):
             outer[(nid, i)] = (nn, i)
         outer[(nid, -1)] = (nn, -1)
-    mapping = {o: outer[s] for o, s in zip(outs, sub.outputs) if o != outer[s]}
+    mapping = {o: outer[s] for o, s in zip(region.outs, best.outputs) if o != outer[s]}
     new.replace_uses(mapping)
     new.prune()
+    return new
+
+
+def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats,
+                    path: tuple[str, ...]) -> Graph | None:
+    """:func:`splice`, or None with one warning naming the region and its rules when the result
+    is not a DAG or does not type-check (each output the region stood for keeps its type): the
+    region is left as it was and the rest of the graph is still optimized."""
+    try:
+        new = splice(g, region, best)
+        new.topo_order()
+        changed = [(o, g.nodes[o[0]].types[o[1]], best.type_of(s))
+                   for o, s in zip(region.outs, best.outputs) if o[1] >= 0]
+        wrong = [o for o, want, got in changed if want != got]
+        if wrong:
+            raise OpError(f"the value {wrong[0]} would change type")
+    except (CycleError, OpError) as err:
+        rules = list(dict.fromkeys(path))
+        log.warning("region %d: rewrite by %s dropped (%s); the region is left as it was",
+                    stats.regions, ", ".join(rules), err)
+        stats.dropped.append({"region": stats.regions, "rules": rules, "reason": str(err)})
+        return None
     return new
 
 
@@ -358,7 +439,8 @@ def search(
             live = [nid for nid in ids if nid in g.nodes]
             if not live:
                 continue
-            sub, leaf_of, outs = extract(g, live)
+            region = extract(g, live)
+            sub = region.sub
             stats.regions += 1
             start_cost = cost.cost(sub)
             key = sub.shape_hash()
@@ -386,6 +468,9 @@ def search(
                 if not rewritten:  # the region's gain is on the curve already: take it back
                     stats.curve.append((time.perf_counter(), start_cost - best_cost))
             if rewritten:
+                spliced = _splice_checked(g, region, best, stats, path)
+                rewritten = spliced is not None
+            if rewritten:
                 stats.rewrites.append(
                     {
                         "region": stats.regions,
@@ -396,7 +481,7 @@ def search(
                         "after": best.describe(),
                     }
                 )
-                g = splice(g, best, leaf_of, outs)
+                g = spliced
                 # weights the rewrite combined become constants now, so later regions see
                 # them as weights (free, foldable) rather than as runtime inputs
                 stats.folded += fold_constants(g)

@@ -117,6 +117,7 @@ class EGraph:
         self.op_keys: list[tuple[str, tuple]] = []  # op key -> (op, sorted attribute pairs)
         self._op_key_of: dict[tuple[str, tuple], int] = {}
         self.leaves: list[tuple] = []  # leaf number -> (op, type, payload, node key, graph node id or None)
+        self.node_ids: dict[int, int] = {}  # Ref of a loaded graph's op -> its node id in that graph
         self.ref_types: dict[int, tuple] = {}
         self.const_refs: set[int] = set()  # Refs named for constant leaves
         self._next_ref = 0

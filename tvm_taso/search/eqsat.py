@@ -97,6 +97,7 @@ def _load(eg: EGraph, sub: Graph) -> tuple[list[int], dict]:
                 ref[(src, i)] = eg.add_get(tuples[src], i, sub.nodes[src].types[i])
             children.append(ref[(src, i)])
         cid = eg.add_node(eg.op_key(node.op, node.attrs), tuple(children), node.types)
+        eg.node_ids.setdefault(cid, nid)
         if len(node.types) == 1:
             ref[(nid, 0)] = cid
         else:

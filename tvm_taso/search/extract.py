@@ -81,6 +81,10 @@ class Extractor:
         self.original = {}
         for cid, e in original.items():
             self.original.setdefault(view.find(cid), (e[0], e[1], tuple(view.find(c) for c in e[2])))
+        # the input graph's node of each class, where an extracted graph rebuilds it (see build)
+        self.node_id = {}
+        for cid, nid in eg.node_ids.items():
+            self.node_id.setdefault(view.find(cid), nid)
         self.kernel_memo = kernel_memo
         self.weights = self._weight_classes()
         self.node_cost = {(cid, e): self._approx(cid, e) for cid, es in view.classes.items() for e in es}
@@ -304,7 +308,15 @@ class Extractor:
                 ref[cid] = (inputs[0][0], e[1])
             else:
                 op, attrs = eg.op_keys[e[1]]
-                nid = g.add_typed(op, tuple(inputs), attrs, self.view.types[cid])  # typed when it was added
+                types = self.view.types[cid]  # typed when it was added
+                nid = self.node_id.get(cid)
+                was = self.sub.nodes.get(nid)
+                if was is not None and (was.op, was.attrs) == (op, attrs) and nid not in g.nodes:
+                    # the input graph's node of this class (its operands maybe replaced by equal
+                    # values) keeps its id, so that splicing keeps it as the node it was
+                    nid = g.place(nid, op, tuple(inputs), attrs, types)
+                else:
+                    nid = g.add_typed(op, tuple(inputs), attrs, types)
                 ref[cid] = (nid, -1) if self.view.is_tuple(cid) else (nid, 0)
             return ref[cid]
 
