@@ -19,6 +19,8 @@ costs and search seconds. Needs ``torch``, ``transformers`` and, for the dynamo 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import sys
@@ -27,6 +29,7 @@ import time
 import traceback
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import onnx
 
@@ -38,24 +41,48 @@ RESULTS = Path(__file__).parent / "results" / "onnx_models.json"
 TEXT, VISION = ("batch", "seq"), ("batch",)
 
 
-def _text(model_cls, config, vocab: int, seq: int = 16, mask: bool = True):
+def _text(model_cls, config, vocab: int, seq: int = 16, mask: bool = True, batch: int = 2):
     import torch
 
-    ids = torch.randint(0, vocab, (2, seq))
+    ids = torch.randint(0, vocab, (batch, seq))
     inputs = {"input_ids": ids}
     if mask:
-        inputs["attention_mask"] = torch.ones(2, seq, dtype=torch.int64)
+        inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.int64)
     return model_cls(config), inputs, TEXT
 
 
-def _vision(model_cls, config, image: int):
+def _vision(model_cls, config, image: int, batch: int = 2):
     import torch
 
-    return model_cls(config), {"pixel_values": torch.randn(2, 3, image, image)}, VISION
+    return model_cls(config), {"pixel_values": torch.randn(batch, 3, image, image)}, VISION
+
+
+def import_torchvision():
+    """``torchvision`` (None when it is not installed), imported so that it works on the CPU
+    build of torch. Call it before using a ``transformers`` model class: transformers imports
+    torchvision whenever it is installed, and fails with it."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return None
+    import torch
+
+    # torchvision 0.28's wheel registers fake kernels for its C++ ops when imported; the CPU build
+    # of torch lacks those ops, so `import torchvision` fails ("operator torchvision::nms does not
+    # exist"). The fakes only serve tracing detection ops (nms, roi_align...) that no model here
+    # uses: register_fake is a no-op decorator during the import, and restored right after.
+    register_fake = torch.library.register_fake
+    torch.library.register_fake = lambda *args, **kwargs: (lambda fn: fn)
+    try:
+        import torchvision
+    finally:
+        torch.library.register_fake = register_fake
+    return torchvision
 
 
 def builders() -> dict:
     """name -> () -> (torch module, example inputs by name, dynamic axis names)."""
+    import_torchvision()
     import transformers as tf
 
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
@@ -84,9 +111,15 @@ def builders() -> dict:
 def export(name: str, exporter: str, axes: str, path: Path) -> None:
     """Export model ``name`` to ``path`` with the ``classic`` or ``dynamo`` exporter, ``static``
     or with ``dynamic`` batch (and sequence) axes; the output is the model's last hidden state."""
+    export_module(*builders()[name](), exporter, axes, path)
+
+
+def export_module(module, inputs: dict, dyn: tuple, exporter: str, axes: str, path: Path) -> None:
+    """Export the torch ``module`` called on ``inputs`` (by name, at most two) to ``path`` with the
+    ``classic`` or ``dynamo`` exporter, ``static`` or with the ``dyn`` axes of every input
+    ``dynamic`` (named, in order); the output is the module's first output."""
     import torch
 
-    module, inputs, dyn = builders()[name]()
     names = list(inputs)
 
     class FirstOutput(torch.nn.Module):
@@ -119,25 +152,49 @@ def interface(model: onnx.ModelProto) -> list[bytes]:
     return [v.SerializeToString() for v in list(model.graph.input) + list(model.graph.output)]
 
 
-def run(name: str, exporter: str, axes: str, target: str, work: Path, search: str = "backtrack") -> dict:
+def run(name: str, exporter: str, axes: str, target: str, work: Path, search: str = "backtrack", *,
+        export: Callable[..., None] = export, fields: dict | None = None,
+        describe: Callable[[dict], dict] | None = None) -> dict:
+    """One row: model ``name`` exported by ``export(name, exporter, axes, path, **fields)`` into
+    ``work`` (once: the next search's run reuses the file, or the export's failure), through
+    ``tvm-taso optimize --check --report`` with ``search``, its result checked with
+    ``onnx.checker`` and its interface compared with the original's. ``fields`` go into the row
+    and the exported file's name; ``describe(report)`` adds its own entries to the row."""
     from tvm_taso.cli.main import main as cli
 
-    row = {"model": name, "exporter": exporter, "axes": axes, "search": search, "ok": False, "stage": "export"}
-    src, out, rep = work / f"{name}-{exporter}-{axes}.onnx", work / "out.onnx", work / "report.json"
+    fields = fields or {}
+    row = {"model": name, "exporter": exporter, "axes": axes, **fields, "search": search, "ok": False,
+           "stage": "export"}
+    stem = "-".join([name, exporter, axes, *map(str, fields.values())])
+    src, failed = work / f"{stem}.onnx", work / f"{stem}.export-failed"
+    out, rep = work / "out.onnx", work / "report.json"
     t0 = time.perf_counter()
     try:
+        if failed.exists():  # another search's run could not export it: no second try
+            raise ExportFailed(failed.read_text())
         if not src.exists():  # another search's run exported it already
-            export(name, exporter, axes, src)
+            try:
+                export(name, exporter, axes, src, **fields)
+            except Exception as err:
+                failed.write_text(_one_line(err))
+                raise ExportFailed(failed.read_text()) from err
             row["export_seconds"] = time.perf_counter() - t0
         original = onnx.load(src)
         row["nodes_before"] = len(original.graph.node)
         row["stage"] = "tvm-taso optimize --check"
         t1 = time.perf_counter()
-        status = cli(["optimize", str(src), "-o", str(out), "--target", target, "--search", search, "--check",
-                      "--report", str(rep)])
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(_Tee(sys.stderr, stderr)):
+            status = cli(["optimize", str(src), "-o", str(out), "--target", target, "--search", search, "--check",
+                          "--report", str(rep)])
         row["optimize_seconds"] = time.perf_counter() - t1
+        row["exit_status"] = status
+        if status in (130, 143):  # the command caught SIGINT or SIGTERM: stop here too
+            raise KeyboardInterrupt if status == 130 else SystemExit(status)
         if status != 0:
-            raise RuntimeError(f"tvm-taso optimize exited with {status}")
+            errors = [ln for ln in stderr.getvalue().splitlines() if ln.startswith("tvm-taso: error: ")]
+            raise RuntimeError(f"tvm-taso optimize exited with {status}"
+                               + (f": {errors[-1].removeprefix('tvm-taso: error: ')}" if errors else ""))
         report = json.loads(rep.read_text())
         optimized = onnx.load(out)
         row.update(nodes_after=len(optimized.graph.node), applied=report["applied"],
@@ -146,19 +203,47 @@ def run(name: str, exporter: str, axes: str, target: str, work: Path, search: st
                    max_rel_err=report["check"]["max_relative_error"],
                    check_runs=[r.get("dims") for r in report["check"]["runs"] if "skipped" not in r],
                    priced_dims=report.get("priced_dims"))
+        if describe is not None:
+            row.update(describe(report))
         row["stage"] = "check_model"
         onnx.checker.check_model(optimized, full_check=True)
         row["stage"] = "interface"
-        if interface(optimized) != interface(original):
+        row["interface_same"] = interface(optimized) == interface(original)
+        if not row["interface_same"]:
             raise AssertionError("the optimized model's inputs or outputs differ from the original's")
         if axes == "dynamic" and len(row["check_runs"]) < 2:
             raise AssertionError("the dynamic model was not checked at two sizes")
         row["ok"], row["stage"] = True, "done"
     except Exception as err:  # noqa: BLE001 - one failing model is a row, not the end of the run
-        row["failed"] = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+        row["failed"] = str(err) if isinstance(err, ExportFailed) else _one_line(err)
         log.debug("%s", traceback.format_exc())
     row["seconds"] = time.perf_counter() - t0
     return row
+
+
+def _one_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:500]}"
+
+
+class ExportFailed(Exception):
+    """The exporter could not export the model (the message is the exporter's error)."""
+
+
+class _Tee(io.TextIOBase):
+    """A text stream writing to each of ``streams`` (the console, and a buffer to read back)."""
+
+    def __init__(self, *streams):
+        super().__init__()
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
 
 
 def table(rows: list[dict]) -> str:

@@ -145,3 +145,45 @@ def test_a_region_whose_rewrite_changes_a_type_is_dropped():
     stats = SearchStats()
     assert _splice_checked(g, region, best, stats, ("bad-rule",)) is None
     assert stats.dropped[0]["rules"] == ["bad-rule"] and "type" in stats.dropped[0]["reason"]
+
+
+def _refuse_splits(write):
+    """``write``, failing on any graph that holds a split (as a writer with a bug would)."""
+    def refusing(self, g):
+        if any(n.op == "split" for n in g.nodes.values()):
+            raise KeyError("no name for a split")
+        return write(self, g)
+    return refusing
+
+
+def test_a_relax_region_that_cannot_be_written_back_is_dropped(monkeypatch, caplog):
+    """When the search's result cannot be written back as a Relax block, the block is searched
+    again with each region's result written as it is found: the regions whose result fails are
+    left as they were (named, with their rules, in a warning and the report), the rest is kept,
+    and the pass does not fail."""
+    import tvm_taso
+    from tvm_taso import examples
+    from tvm_taso.ir.relax_bridge import BlockGraph
+
+    monkeypatch.setattr(BlockGraph, "to_block", _refuse_splits(BlockGraph.to_block))
+    mod = examples.EXAMPLES["qkv"]()
+    with caplog.at_level(logging.WARNING):
+        new, report = tvm_taso.optimize(mod, target="cuda", cost_model="analytic")
+    assert report["regions_dropped"] and all("cannot be written back" in d["reason"] for d in report["regions_dropped"])
+    assert "merge-matmul-bias-shared-lhs" in report["regions_dropped"][0]["rules"]
+    assert "searching again" in caplog.text
+    assert "split" not in new.script()
+
+
+def test_an_onnx_region_that_cannot_be_written_back_is_dropped(monkeypatch):
+    import onnx
+
+    import tvm_taso
+    from tvm_taso.io.onnx_bridge import OnnxGraph
+
+    monkeypatch.setattr(OnnxGraph, "write", _refuse_splits(OnnxGraph.write))
+    model = tvm_taso.load_onnx(DATA / "googlenet_reduced.onnx")
+    new, report = tvm_taso.optimize(model, target="cuda", cost_model="analytic")
+    assert report["regions_dropped"]
+    assert not any(n.op_type == "Split" for n in new.proto.graph.node)
+    onnx.checker.check_model(new.proto)

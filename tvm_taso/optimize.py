@@ -104,8 +104,10 @@ def optimize(
     ``None`` with a line in ``notes`` when not finite), ``search_seconds``, ``expanded``,
     ``applied`` (rule name -> count, only rewrites present in ``new_mod``), ``skipped`` (what was
     left alone and why), ``rules_refused``, ``kernels_before`` and ``kernels_after`` (kernels
-    TVM launches for the module's Relax functions, opaque ones included; None for ONNX) and
-    more. Functions marked ``Primitive``, ``Composite`` or ``Codegen`` (BYOC partitions) are
+    TVM launches for the module's Relax functions, opaque ones included; for an ONNX model, the
+    fusion model's count on its graph, :func:`tvm_taso.cost.model.kernel_count`),
+    ``regions_dropped`` (rewritten regions that could not be spliced back, with their rules and
+    why) and more. Functions marked ``Primitive``, ``Composite`` or ``Codegen`` (BYOC partitions) are
     left alone.
 
     Raises ValueError (one line) for an option out of range and
@@ -197,8 +199,12 @@ def optimize(
             report["applied"] = {}
             report["cost_after"] = report["cost_before"]
             report["speedup_estimate"] = 1.0
-    report["kernels_before"] = launched_kernels(mod, target)
-    report["kernels_after"] = report["kernels_before"] if new_mod is mod else launched_kernels(new_mod, target)
+    if isinstance(mod, OnnxModel):  # counted on the engine graph: TVM's importer refuses many exports
+        report.setdefault("kernels_before", None)
+        report["kernels_after"] = report["kernels_before"] if new_mod is mod else report.get("kernels_after")
+    else:
+        report["kernels_before"] = launched_kernels(mod, target)
+        report["kernels_after"] = report["kernels_before"] if new_mod is mod else launched_kernels(new_mod, target)
     if stats.regions_cut_short:
         log.warning("time_limit=%gs cut the search short in %d region(s); the result may differ "
                     "from run to run (raise time_limit, or bound the search by budget)",
@@ -288,25 +294,27 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
             skipped[f"@{fname}: {what}"] += n
         g0 = bg.graph
         c0 = cost.cost(g0)
-        remaining = max(0.0, deadline - time.perf_counter())
-        bstats = SearchStats()
-        g = search(
-            g0,
-            rules,
-            cost,
-            alpha,
-            budget,
-            remaining,
-            region_size,
-            bstats,
-            progress=bar.update if bar is not None else None,
-            min_gain=min_gain,
-            kind=kind,
-            judge=judge,
-        )
-        nfold = fold_constants(g)
-        c1 = cost.cost(g)
-        if not c1 < c0 * (1.0 - min_gain) or g.structural_hash() == g0.structural_hash():
+        for accept in (None, bg.to_block):
+            remaining = max(0.0, deadline - time.perf_counter())
+            bstats = SearchStats()
+            g = search(g0, rules, cost, alpha, budget, remaining, region_size, bstats,
+                       progress=bar.update if bar is not None else None, min_gain=min_gain, kind=kind, judge=judge,
+                       accept=accept)
+            nfold = fold_constants(g)
+            c1 = cost.cost(g)
+            if not c1 < c0 * (1.0 - min_gain) or g.structural_hash() == g0.structural_hash():
+                new_block = None
+                break
+            try:
+                new_block = bg.to_block(g)
+                break
+            except Exception as err:  # noqa: BLE001 - search again, each region's result written as it is found
+                if accept is not None:
+                    raise
+                log.warning("@%s: the search's result could not be written back (%s: %s); searching again, "
+                            "leaving out the regions that cannot be", fname, type(err).__name__, err)
+                stats.absorb(bstats, kept=False)
+        if new_block is None:
             stats.absorb(bstats, kept=False)
             blocks.append(block)
             before += c0
@@ -314,7 +322,7 @@ def _optimize_function(func, fname, rules, cost, alpha, budget, deadline, region
             continue
         stats.absorb(bstats, kept=True)
         folded += nfold
-        blocks.append(bg.to_block(g))
+        blocks.append(new_block)
         before += c0
         after += c1
         changed = True

@@ -20,6 +20,7 @@ class CheckFailed(RuntimeError):
 # Ops an integer input passes through unchanged in value on its way to an index (a Gather's).
 _VALUE_PRESERVING = ("Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity")
 DEFAULT_INT_RANGE = (0, 10)  # an integer input no index tells us about (a mask, a count)
+MASK_RANGE = (0, 2)  # an input summed into positions (CumSum) is a 0/1 mask
 
 
 def check_onnx(original, optimized, seed: int = 0) -> dict:
@@ -131,7 +132,9 @@ def random_feeds(model, dims: dict, ranges: dict, seed: int = 0) -> dict[str, np
 
 def integer_ranges(model) -> dict[str, tuple[int, int]]:
     """``{input: (low, high)}`` for integer inputs that reach the indices of a Gather (through
-    casts and reshapes): ``[0, rows)`` of the smallest table indexed, as the graph gives it."""
+    casts and reshapes): ``[0, rows)`` of the smallest table indexed, as the graph gives it; and
+    for those summed by a CumSum, 0 or 1: an attention mask that positions are counted from (OPT
+    indexes its position table with the running sum of its mask, which a mask of 2s overruns)."""
     consumers: dict[str, list] = {}
     for node in model.proto.graph.node:
         for k, name in enumerate(node.input):
@@ -147,6 +150,8 @@ def integer_ranges(model) -> dict[str, tuple[int, int]]:
             for node, k in consumers.get(name, []):
                 if node.op_type in _VALUE_PRESERVING and k == 0:
                     stack.extend(node.output)
+                elif node.op_type == "CumSum" and k == 0:
+                    bound = MASK_RANGE[1] if bound is None else min(bound, MASK_RANGE[1])
                 elif node.op_type in ("Gather", "GatherElements") and k == 1:
                     axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
                     shape = (model.types.get(node.input[0]) or (0, None))[1]

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from tvm_taso.io.onnx_model import OnnxModel
+from tvm_taso.io.onnx_model import OnnxModel, constant_value
 from tvm_taso.io.onnx_ops import FLOATS, READERS, emit, emit_conv
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import Graph, Ref
@@ -113,7 +113,7 @@ class OnnxGraph:
             self.refs[inp.name] = (g.add_leaf("input", self.type_a(inp.name), inp.name, key=inp.name), 0)
         for name in self._inits:
             if name not in overridable:
-                self.refs[name] = (g.add_leaf("const", self.type_a(name), (self.const_value(name), name), key=name), 0)
+                self.refs[name] = (g.add_leaf("const", self.type_a(name), (self.constant(name), name), key=name), 0)
         for idx, node in enumerate(self.proto.graph.node):
             start = g._next
             outs = self._read_node(idx, node)
@@ -129,7 +129,11 @@ class OnnxGraph:
         self.required: list[str] = [o.name for o in self.proto.graph.output]
         self.required += [n for node in self.proto.graph.node for n in node.output
                           if n and n not in used and n not in self.required and n in self.refs]
-        g.outputs = [self.refs[n] for n in self.required]
+        # what engine ops read as attributes (a Reshape's shape computed by shape code) stays in
+        # the graph after the outputs, so that its opaque producers are rewired with the rest
+        # and written back as they were
+        self.attribute_inputs = [n for n in dict.fromkeys(self._attribute_inputs()) if n not in self.required]
+        g.outputs = [self.refs[n] for n in self.required + self.attribute_inputs]
         g.prune()
         self.original = g.copy()
 
@@ -149,6 +153,14 @@ class OnnxGraph:
         return tuple(x is None or y is None or x != y for x, y in zip(a[1], bs))
 
     def const_value(self, name: str):
+        """The value of ``name`` if it is fixed: a constant (:meth:`constant`) or shape code
+        whose value does not change with the inputs
+        (:attr:`~tvm_taso.io.onnx_model.OnnxModel.known_values`; its nodes stay as they are,
+        what reads it sees the value), else None."""
+        value = self.constant(name)
+        return value if value is not None else self.model.known_values.get(name)
+
+    def constant(self, name: str):
         """The value of ``name`` if it is a constant (an initializer no input overrides, a
         Constant node, a node evaluated at reading), else None."""
         if name in self._consts:
@@ -160,11 +172,29 @@ class OnnxGraph:
         return self._consts[name]
 
     # -- reading ------------------------------------------------------------------------------
+    def _attribute_inputs(self):
+        """Names read by engine ops at an input that is no operand, made by an opaque node."""
+        for idx, node in enumerate(self.proto.graph.node):
+            if node.op_type not in READERS or idx in self.const_nodes or node.domain not in ("", "ai.onnx"):
+                continue
+            positions = READERS[node.op_type][1]
+            if positions is None or self.owner_of_outputs(idx) == "opaque":
+                continue
+            for k, name in enumerate(node.input):
+                ref = self.refs.get(name)
+                if name and k not in positions and ref is not None and self.graph.nodes[ref[0]].op == "opaque":
+                    yield name
+
+    def owner_of_outputs(self, idx: int) -> str | None:
+        """The engine op that ONNX node ``idx``'s first output is, or None."""
+        outs = [r for r in self.node_refs.get(idx, []) if r is not None]
+        return self.graph.nodes[outs[0][0]].op if outs else None
+
     def _read_node(self, idx: int, node) -> list:
         g = self.graph
         default = node.domain in ("", "ai.onnx")
         if default and node.op_type == "Constant":
-            value = _constant_value(node)
+            value = constant_value(node)
             if value is not None:
                 self.const_nodes.add(idx)
                 self._consts[node.output[0]] = value
@@ -173,8 +203,8 @@ class OnnxGraph:
         reason = "frozen" if idx in self.frozen else None
         if reason is None and default and node.op_type == "Identity" and node.input[0] in self.refs:
             self.alias_nodes.add(idx)  # the same value under another name
-            if self.const_value(node.input[0]) is not None:
-                self._consts[node.output[0]] = self.const_value(node.input[0])
+            if self.constant(node.input[0]) is not None:
+                self._consts[node.output[0]] = self.constant(node.input[0])
             return [self.refs[node.input[0]]]
         if reason is None and default and node.op_type in READERS:
             try:
@@ -198,7 +228,7 @@ class OnnxGraph:
             if ty is None or ty.dtype not in FLOATS:
                 raise OpError(f"{name!r} is not a float tensor of known shape")
         at = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if all(self.const_value(n) is not None for n in operands):
+        if all(self.constant(n) is not None for n in operands):
             return self._evaluate(idx, node, reader, operands, at)
         refs = reader(ReadContext(self, self.graph, self.refs), node, at)
         for name, ref in zip(node.output, refs):
@@ -209,7 +239,7 @@ class OnnxGraph:
     def _evaluate(self, idx: int, node, reader, operands: list[str], at: dict) -> list:
         """A node on constants only, evaluated now: its outputs become constant leaves."""
         scratch = Graph()
-        refs = {n: (scratch.add_leaf("const", self.type_a(n), (self.const_value(n), n), key=n), 0) for n in operands}
+        refs = {n: (scratch.add_leaf("const", self.type_a(n), (self.constant(n), n), key=n), 0) for n in operands}
         outs = reader(ReadContext(self, scratch, refs), node, at)
         values = scratch.evaluate({})
         result = []
@@ -627,15 +657,3 @@ def _all_names(proto: onnx.ModelProto) -> set[str]:
         for node in f.node:
             names.update([node.name, *node.input, *node.output])
     return names
-
-
-def _constant_value(node) -> np.ndarray | None:
-    """The value of a ``Constant`` node, or None for a sparse or string one."""
-    for attr in node.attribute:
-        if attr.name == "value":
-            return numpy_helper.to_array(attr.t) if attr.t.data_type != onnx.TensorProto.STRING else None
-        if attr.name in ("value_float", "value_floats"):
-            return np.asarray(helper.get_attribute_value(attr), np.float32)
-        if attr.name in ("value_int", "value_ints"):
-            return np.asarray(helper.get_attribute_value(attr), np.int64)
-    return None

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from tvm_taso.files import write_atomically
 from tvm_taso.io.onnx_import import InputError, bind_dims, input_shapes, read_model
@@ -72,14 +75,31 @@ class OnnxModel:
         return {k: 2 * v for k, v in self.dims.items()}
 
     @cached_property
-    def types(self) -> dict[str, tuple[int, tuple | None]]:
-        """``{tensor name: (ONNX element type, shape)}`` at the priced sizes (see :func:`value_types`)."""
-        return value_types(self.proto, self.shapes())
+    def _priced(self) -> "Inferred":
+        return infer(self.proto, self.shapes())
 
     @cached_property
+    def _doubled(self) -> "Inferred":
+        return infer(self.proto, self.shapes(self.doubled_dims())) if self.dims else self._priced
+
+    @property
+    def types(self) -> dict[str, tuple[int, tuple | None]]:
+        """``{tensor name: (ONNX element type, shape)}`` at the priced sizes (see :func:`infer`)."""
+        return self._priced.types
+
+    @property
     def doubled_types(self) -> dict[str, tuple[int, tuple | None]]:
         """:attr:`types` with every symbolic dimension at twice its priced size."""
-        return value_types(self.proto, self.shapes(self.doubled_dims())) if self.dims else self.types
+        return self._doubled.types
+
+    @cached_property
+    def known_values(self) -> dict[str, np.ndarray]:
+        """Tensors the model computes at run time whose values are nevertheless fixed: shape
+        code (``Shape -> Gather -> Concat -> Reshape``) evaluated at the priced sizes, and the
+        same at twice them (a value that changes with a symbolic dimension is not known)."""
+        priced, doubled = self._priced.values, self._doubled.values
+        return {name: value for name, value in priced.items()
+                if name in doubled and doubled[name].shape == value.shape and np.array_equal(doubled[name], value)}
 
     def with_proto(self, proto: onnx.ModelProto) -> "OnnxModel":
         """The same model (name, priced sizes) with another proto: an optimized version of it."""
@@ -105,16 +125,22 @@ def is_large(proto: onnx.ModelProto) -> bool:
         return True
 
 
-def load_onnx(model, shapes: dict | None = None, name: str | None = None) -> OnnxModel:
+def load_onnx(model, shapes: dict | None = None, name: str | None = None, simplify: bool = False) -> OnnxModel:
     """An ONNX model (a path or an ``onnx.ModelProto``) as an :class:`OnnxModel` for
     :func:`tvm_taso.optimize`.
 
     ``shapes`` (``{input name: shape}``) gives the sizes symbolic dimensions are priced at; any
     left out are priced at 1 on the first axis and 128 elsewhere, said in one log line. The
-    model stays dynamic: the optimized one accepts every size the original does. Raises
+    model stays dynamic: the optimized one accepts every size the original does. Shape code the
+    model runs (``Shape -> Gather -> Concat -> Reshape``, as PyTorch exports it) is evaluated
+    to know its shapes and written back as it is; with ``simplify`` the model is replaced by
+    onnx-simplifier's simplification of it first (shape code folded into constants, the same
+    inputs and outputs), which is what the optimized model is then built on. Raises
     :class:`InputError` for a missing, corrupt or invalid model or bad ``shapes``.
     """
     proto, name = read_model(model, name)
+    if simplify:
+        proto = simplified(proto, name)
     try:
         if is_large(proto) and not isinstance(model, onnx.ModelProto):
             onnx.checker.check_model(os.fspath(model))
@@ -153,16 +179,123 @@ def export_onnx(model, path=None, **relax_options):
     return onnx_export.export_onnx(model, path, **relax_options)
 
 
+def simplified(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """``proto`` as onnx-simplifier simplifies it (constant folding, dead code, its fusions),
+    with the original's inputs and outputs (symbolic dimensions stay symbolic); the original
+    with a warning when onnxsim is missing or fails."""
+    try:
+        import onnxsim
+    except ImportError:
+        raise InputError("--simplify needs onnx-simplifier: pip install onnxsim") from None
+    try:
+        with _native_output_logged():
+            simple, _ = onnxsim.simplify(proto, check_n=0)
+    except Exception as err:  # noqa: BLE001 - onnxsim raises what onnxruntime and onnx raise
+        log.warning("%s: onnxsim could not simplify the model (%s); optimizing it as it is", name,
+                    (str(err).splitlines() or [type(err).__name__])[0])
+        return proto
+    for field in ("input", "output"):
+        getattr(simple.graph, field).clear()
+        getattr(simple.graph, field).extend(getattr(proto.graph, field))
+    return simple
+
+
 # -- shape inference ----------------------------------------------------------------------------
 
 
-def value_types(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, tuple | None]]:
+@dataclass
+class Inferred:
+    """What is known of a model's tensors at one binding of its symbolic dimensions."""
+
+    types: dict[str, tuple[int, tuple | None]]  # name -> (ONNX element type, shape or None)
+    values: dict[str, np.ndarray]  # name -> value, for tensors computed from shapes alone
+
+
+def infer(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> Inferred:
+    """Types of every value of the main graph at input ``shapes`` (:func:`value_types`); where
+    the model computes shapes at run time (it reads ``Shape`` or ``Size``, or a type is left
+    unknown), that shape code is evaluated too (:func:`fold_shape_code`): its values, and the
+    types it resolves."""
+    skeleton = _skeleton(proto, shapes)
+    types = value_types(proto, shapes, skeleton)
+    unknown = any(t[1] is None or None in t[1] for t in types.values())
+    if not unknown and not any(n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx")
+                               for n in skeleton.graph.node):
+        return Inferred(types, {})
+    folded = fold_shape_code(skeleton, types)
+    if folded is None:
+        return Inferred(types, {})
+    more_types, values = folded
+    for name, entry in more_types.items():
+        if name in types and (types[name][1] is None or None in types[name][1]) and entry[1] is not None:
+            types[name] = entry
+    return Inferred(types, values)
+
+
+def fold_shape_code(skeleton: onnx.ModelProto, types: dict) -> tuple[dict, dict[str, np.ndarray]] | None:
+    """onnx-simplifier's constant folding and shape inference on ``skeleton`` (static inputs;
+    no fusions), with every value whose rank ``types`` knows made a graph output, so that
+    onnxsim keeps its name and its value (it rewrites what only nodes read: a folded Reshape
+    target becomes an equivalent one with -1): the values it folded and the types it found,
+    by name. None (logged) without onnxsim or when it fails."""
+    try:
+        import onnxsim
+    except ImportError:
+        log.warning("the model computes shapes at run time and onnxsim is not installed: those shapes stay "
+                    "unknown (pip install onnxsim)")
+        return None
+    probe = onnx.ModelProto()
+    probe.CopyFrom(skeleton)
+    outputs = {o.name for o in probe.graph.output}
+    for node in probe.graph.node:
+        for name in node.output:
+            if name and name not in outputs and name in types and types[name][1] is not None:
+                probe.graph.output.append(helper.make_tensor_value_info(name, types[name][0], list(types[name][1])))
+                outputs.add(name)
+    try:
+        with _native_output_logged():
+            simple, _ = onnxsim.simplify(probe, perform_optimization=False, skip_fuse_bn=True, check_n=0)
+    except Exception as err:  # noqa: BLE001 - onnxsim raises what onnxruntime and onnx raise
+        log.info("onnxsim could not fold the model's shape code (%s)", (str(err).splitlines() or [""])[0])
+        return None
+    values = {i.name: numpy_helper.to_array(i) for i in simple.graph.initializer if i.name in outputs}
+    for node in simple.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output[0] in outputs:
+            value = constant_value(node)
+            if value is not None:
+                values[node.output[0]] = value
+    initializers = {i.name for i in skeleton.graph.initializer}
+    return _collect(simple), {k: v for k, v in values.items() if k not in initializers}
+
+
+@contextmanager
+def _native_output_logged():
+    """onnxsim's C++ core prints warnings on the process's stdout and stderr (file descriptors
+    1 and 2, out of reach of Python's redirection): send them to the log at DEBUG instead."""
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as sink:
+        for fd in (1, 2):
+            os.dup2(sink.fileno(), fd)
+        try:
+            yield
+        finally:
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+            if text:
+                log.debug("onnxsim: %s", text)
+
+
+def value_types(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
+                skeleton: onnx.ModelProto | None = None) -> dict[str, tuple[int, tuple | None]]:
     """``{tensor name: (element type, shape or None)}`` for every value of the main graph, by
     ONNX shape inference with the real inputs at ``shapes``; a dimension inference leaves
     unknown is None. Strict mode first; a model strict inference rejects (ops of other domains
     without a schema, say) is inferred leniently. Dimensions ONNX leaves unknown are taken from
     onnxruntime's symbolic shape inference when onnxruntime is installed."""
-    skeleton = _skeleton(proto, shapes)
+    skeleton = skeleton if skeleton is not None else _skeleton(proto, shapes)
     try:
         inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=True, strict_mode=True, data_prop=True)
     except Exception as err:  # noqa: BLE001 - inference raises several types
@@ -236,3 +369,15 @@ def _skeleton(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onn
     g.sparse_initializer.extend(src.sparse_initializer)
     g.output.extend(src.output)
     return m
+
+
+def constant_value(node) -> np.ndarray | None:
+    """The value of a ``Constant`` node, or None for a sparse or string one."""
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t) if attr.t.data_type != onnx.TensorProto.STRING else None
+        if attr.name in ("value_float", "value_floats"):
+            return np.asarray(helper.get_attribute_value(attr), np.float32)
+        if attr.name in ("value_int", "value_ints"):
+            return np.asarray(helper.get_attribute_value(attr), np.int64)
+    return None

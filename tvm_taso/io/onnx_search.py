@@ -12,6 +12,7 @@ import logging
 import time
 from collections import Counter
 
+from tvm_taso.cost.model import kernel_count
 from tvm_taso.io.onnx_bridge import OnnxGraph, RewriteRejected
 from tvm_taso.io.onnx_model import OnnxModel
 from tvm_taso.ir.graph import fold_constants
@@ -33,18 +34,22 @@ def optimize_onnx(model: OnnxModel, rules, cost, alpha, budget, deadline, region
     each named once) are updated."""
     frozen: set[int] = set()
     rejected: list[str] = []
+    checked = False  # each region's result written as it is found (after a write failed)
     for attempt in range(MAX_ATTEMPTS):
         bridge = OnnxGraph(model, frozen)
         g0 = bridge.graph
         c0 = cost.cost(g0)
         bstats = SearchStats()
         g = search(g0, rules, cost, alpha, budget, max(0.0, deadline - time.perf_counter()), region_size, bstats,
-                   progress=bar.update if bar is not None else None, min_gain=min_gain, kind=kind, judge=judge)
+                   progress=bar.update if bar is not None else None, min_gain=min_gain, kind=kind, judge=judge,
+                   accept=bridge.write if checked else None)
         folded = fold_constants(g)
         c1 = cost.cost(g)
-        facts = {"priced_dims": dict(model.dims), "rejected_rewrites": rejected}
+        facts = {"priced_dims": dict(model.dims), "rejected_rewrites": rejected,
+                 "kernels_before": kernel_count(g0), "kernels_after": kernel_count(g)}
         if not c1 < c0 * (1.0 - min_gain) or g.structural_hash() == g0.structural_hash():
             stats.absorb(bstats, kept=False)
+            facts["kernels_after"] = facts["kernels_before"]
             return _done(model, bridge, skipped, c0, c0, 0, facts, model.proto)
         try:
             proto = bridge.write(g)
@@ -57,13 +62,22 @@ def optimize_onnx(model: OnnxModel, rules, cost, alpha, budget, deadline, region
                 break
             frozen |= more
             continue
+        except Exception as err:  # noqa: BLE001 - search again, dropping the regions that cannot be written
+            if checked:
+                raise
+            log.warning("%s: the search's result could not be written as ONNX (%s: %s); searching again, "
+                        "leaving out the regions that cannot be", model.name, type(err).__name__, err)
+            stats.absorb(bstats, kept=False)
+            checked = True
+            continue
         stats.absorb(bstats, kept=True)
         return _done(model, bridge, skipped, c0, c1, folded, facts, proto)
     skipped["rewrites left out: none could be written as ONNX"] += 1
     bridge = OnnxGraph(model)
     c0 = cost.cost(bridge.graph)
-    return _done(model, bridge, skipped, c0, c0, 0, {"priced_dims": dict(model.dims), "rejected_rewrites": rejected},
-                 model.proto)
+    kernels = kernel_count(bridge.graph)
+    return _done(model, bridge, skipped, c0, c0, 0, {"priced_dims": dict(model.dims), "rejected_rewrites": rejected,
+                                                      "kernels_before": kernels, "kernels_after": kernels}, model.proto)
 
 
 def _done(model, bridge, skipped, before, after, folded, facts, proto):

@@ -26,15 +26,16 @@ def check_search(kind: str) -> None:
 def search(g: Graph, rules: list[Rule], cost: CostModel, alpha: float = 1.05, budget: int = 200,
            time_limit: float = 60.0, region_size: int = 32, stats: SearchStats | None = None, progress=None,
            patience: int = 64, min_gain: float = 1e-6, kind: str = "backtrack",
-           limits: EqsatLimits | None = None, judge=None) -> Graph:
+           limits: EqsatLimits | None = None, judge=None, accept=None) -> Graph:
     """:func:`tvm_taso.search.backtrack.search` (regions, reuse of identical regions, the
     ``judge``'s last word on each) with the region search ``kind``: ``"backtrack"``, ``"eqsat"``
     (:class:`~tvm_taso.search.eqsat.EqsatRegion` within ``limits``) or ``"auto"`` (eqsat, and
-    backtracking too on small regions, the cheaper kept)."""
+    backtracking too on small regions, the cheaper kept); ``accept`` checks each region's
+    result can be written back."""
     check_search(kind)
     region_search = None
     if kind != "backtrack":
         region_search = EqsatRegion(rules, cost, limits, auto=kind == "auto", alpha=alpha, budget=budget,
                                     patience=patience)
     return backtrack.search(g, rules, cost, alpha, budget, time_limit, region_size, stats, progress, patience,
-                            region_search=region_search, min_gain=min_gain, judge=judge)
+                            region_search=region_search, min_gain=min_gain, judge=judge, accept=accept)

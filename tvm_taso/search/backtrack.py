@@ -187,32 +187,41 @@ def regions(g: Graph, size: int, straddle: bool = False) -> list[list[int]]:
 
 
 def _convex_pieces(g: Graph, window: list[int], rank: dict[int, int]) -> list[list[int]]:
-    """``window`` (consecutive known ops, in topological order) cut before every op that reads,
-    through nodes outside the window (opaque ones), a value an earlier op of its piece made. A
-    region must be convex: a rewrite may merge any of its ops, and a merged op that feeds an
-    outside node that feeds the region again closes a cycle (an opaque max-pool between two
-    branches of an Inception block, a shape computation between a conv and the Slice after it).
+    """``window`` (known ops in topological order) as convex pieces: an op that reads, through
+    nodes outside the piece (opaque ones, or ops left for a later piece), a value the piece
+    made is left for the next piece, and so on. A region must be convex: a rewrite may merge any
+    of its ops, and a merged op that feeds an outside node that feeds the region again closes a
+    cycle (an opaque max-pool between two branches of an Inception block, a shape computation
+    between a conv and the Slice after it). Ops are deferred, not cut at: the Q, K and V
+    projections stay in one piece when an opaque reshape follows each.
     ``rank``: each node's index in the graph's topological order."""
-    inside = set(window)
-    last = rank[window[-1]] if window else -1
+    in_window = set(window)
     users = g.users()
     pieces: list[list[int]] = []
-    piece: list[int] = []
-    downstream: set[int] = set()  # outside nodes that depend on the current piece
-    for nid in window:
-        if any(src in downstream for src, _ in g.nodes[nid].inputs):
-            pieces.append(piece)
-            piece, downstream = [], set()
-        piece.append(nid)
-        stack = [u for u in users[nid] if u not in inside]
-        while stack:
-            u = stack.pop()
-            if u in downstream or rank[u] > last:
-                continue  # nothing after the window's last op can feed it
-            downstream.add(u)
-            stack.extend(v for v in users[u] if v not in inside)
-    if piece:
+    rest = window
+    while rest:
+        last = rank[rest[-1]]
+        piece, deferred = [], []
+        downstream: set[int] = set()  # nodes outside the piece that depend on it
+
+        def reach(nid: int) -> None:
+            stack = [u for u in users[nid] if u not in in_window]
+            while stack:
+                u = stack.pop()
+                if u in downstream or rank[u] > last:
+                    continue  # nothing after the window's last op can feed it
+                downstream.add(u)
+                stack.extend(v for v in users[u] if v not in in_window)
+
+        for nid in rest:
+            if any(src in downstream for src, _ in g.nodes[nid].inputs):
+                deferred.append(nid)
+                downstream.add(nid)
+            else:
+                piece.append(nid)
+            reach(nid)
         pieces.append(piece)
+        rest = deferred
     return pieces
 
 
@@ -360,10 +369,11 @@ def splice(g: Graph, region: Region, best: Graph) -> Graph:
     return new
 
 
-def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats,
-                    path: tuple[str, ...]) -> Graph | None:
+def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats, path: tuple[str, ...],
+                    accept=None) -> Graph | None:
     """:func:`splice`, or None with one warning naming the region and its rules when the result
-    is not a DAG or does not type-check (each output the region stood for keeps its type): the
+    is not a DAG, does not type-check (each output the region stood for keeps its type) or is
+    refused by ``accept(graph)`` (a writer that raises when it cannot write the graph back): the
     region is left as it was and the rest of the graph is still optimized."""
     try:
         new = splice(g, region, best)
@@ -373,6 +383,11 @@ def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats,
         wrong = [o for o, want, got in changed if want != got]
         if wrong:
             raise OpError(f"the value {wrong[0]} would change type")
+        if accept is not None:
+            try:
+                accept(new)
+            except Exception as err:  # noqa: BLE001 - whatever stops the writer stops the region
+                raise OpError(f"cannot be written back ({type(err).__name__}: {err})") from None
     except (CycleError, OpError) as err:
         rules = list(dict.fromkeys(path))
         log.warning("region %d: rewrite by %s dropped (%s); the region is left as it was",
@@ -413,6 +428,7 @@ def search(
     region_search=None,
     min_gain: float = 1e-6,
     judge=None,
+    accept=None,
 ) -> Graph:
     """Optimize ``g`` region by region; see the module docstring. A region shaped like one
     already searched (a repeated layer: same ops, attributes and types, other weights) reuses
@@ -420,7 +436,8 @@ def search(
     searches one region instead of :func:`search_region` (equality saturation,
     :mod:`tvm_taso.search.eqsat`). ``judge(original, rewritten) -> dict`` has the last word on
     each region's rewrite (``"kept"``; :class:`tvm_taso.guard.RegionGuard` times both): its
-    verdicts go to ``stats.decisions``."""
+    verdicts go to ``stats.decisions``. ``accept(graph)``, when given, is called on the graph
+    after each region's rewrite and raises if it cannot be written back: that region is dropped."""
     stats = stats if stats is not None else SearchStats()
     started = time.perf_counter()
     solved: dict[str, tuple[Graph, float, tuple[str, ...], list[int]]] = {}
@@ -468,7 +485,7 @@ def search(
                 if not rewritten:  # the region's gain is on the curve already: take it back
                     stats.curve.append((time.perf_counter(), start_cost - best_cost))
             if rewritten:
-                spliced = _splice_checked(g, region, best, stats, path)
+                spliced = _splice_checked(g, region, best, stats, path, accept)
                 rewritten = spliced is not None
             if rewritten:
                 stats.rewrites.append(
