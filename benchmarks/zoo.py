@@ -231,6 +231,42 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def per_model(rows: list[dict]) -> str:
+    """One line per model over all its rows (exporters, axes, dtypes, searches): what ran and
+    passed, exit statuses, interfaces, the largest check error, the rules applied, the range of
+    estimated cost ratios, the median search seconds, and the reasons for rows without a rewrite."""
+    lines = ["| model | source | rows passed | exit | interface | max rel err | rules applied | est. cost ratio "
+             "| search s (median) | without a rewrite: why |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    by_model: dict[str, list[dict]] = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    for name, mine in by_model.items():
+        ran = [r for r in mine if outcome(r) not in ("cannot export", "export rejected by onnxruntime")]
+        ok = [r for r in ran if r["ok"]]
+        statuses = Counter(str(r.get("exit_status", "—")) for r in ran)
+        same = {r.get("interface_same") for r in ran}
+        errors = [r["max_rel_err"] for r in ok if r.get("max_rel_err") is not None]
+        rules = Counter()
+        for r in ok:
+            rules.update(r.get("applied") or {})
+        ratios = sorted(r["cost_ratio"] for r in ok if r.get("cost_ratio") is not None)
+        seconds = sorted(r["search_seconds"] for r in ok if r.get("search_seconds") is not None)
+        whys = Counter(r["no_rewrite"] for r in ok if not r.get("applied") and r.get("no_rewrite"))
+        skipped = Counter(outcome(r) for r in mine if r not in ran)
+        passed = f"{len(ok)}/{len(ran)}" + "".join(f"; {k} {n}" for k, n in skipped.items())
+        lines.append(
+            f"| {name} | {mine[0].get('source', '')} | {passed} | "
+            + ", ".join(f"{k}×{n}" for k, n in sorted(statuses.items())) + " | "
+            + ("same" if same == {True} else "—" if not ran else "CHANGED") + " | "
+            + (f"{max(errors):.1e}" if errors else "—") + " | "
+            + (", ".join(sorted(rules)) or "none") + " | "
+            + (f"{ratios[0]:.3f}–{ratios[-1]:.3f}" if ratios else "—") + " | "
+            + (f"{seconds[len(seconds) // 2]:.2f}" if seconds else "—") + " | "
+            + "; ".join(f"{why} (×{n})" for why, n in whys.most_common()).replace("|", "/") + " |")
+    return "\n".join(lines)
+
+
 def summary(rows: list[dict]) -> str:
     outcomes = Counter(outcome(r) for r in rows)
     no_rewrite = ", ".join(f"{k.removeprefix('no rewrite: ')} {n}" for k, n in sorted(outcomes.items())
@@ -294,8 +330,8 @@ def main(argv=None) -> int:
     print(table(rows))
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(args.markdown, f"# tvm-taso zoo (target {args.target})\n\n{table(rows)}\n\n"
-                                             f"{summary(rows)}\n")
+        write_text_atomically(args.markdown, f"# tvm-taso zoo (target {args.target})\n\n{summary(rows)}\n\n"
+                                             f"## Per model\n\n{per_model(rows)}\n\n## Every row\n\n{table(rows)}\n")
         print(f"wrote {args.markdown}")
     print(f"wrote {args.json}")
     print(summary(rows) + f" ({time.perf_counter() - t0:.0f} s)")

@@ -84,3 +84,30 @@ def test_leaves_primitive_functions_alone_and_bounds_rules_that_loop():
 def test_unknown_rule_names_are_refused():
     with pytest.raises(ValueError, match="no rule named 'merge-everything'"):
         ApplyRules(["merge-everything"])
+
+
+def test_a_single_rule_name_is_one_rule_and_anything_else_one_clear_error():
+    from tvm_taso.passes import ApplyRules
+
+    single = ApplyRules("merge-matmul-shared-lhs")
+    assert [p.rule.name for p in single.patterns] == ["merge-matmul-shared-lhs"]
+    for bad in (None, 3, ["merge-matmul-shared-lhs", None]):
+        with pytest.raises(TypeError, match="rule name, a Rule, or a list"):
+            ApplyRules(bad)
+
+
+def test_symbolic_shapes_are_said_not_silently_passed_over():
+    from tvm import relax
+
+    from tvm_taso.optimize import TasoSkippedWarning
+    from tvm_taso.passes import ApplyRules
+
+    n = tvm.tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(x))
+        bb.emit_func_output(out)
+    with pytest.warns(TasoSkippedWarning, match="symbolic shape"):
+        ApplyRules(["merge-matmul-shared-lhs"])(bb.get())

@@ -191,7 +191,8 @@ def test_literal_attributes_and_defaults_are_dpl_constraints():
 # -- sites -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
+# the modules with single-root sites (qkv, inception and split-chain have multi-root ones only)
+@pytest.mark.parametrize("name", ["bottleneck", "conv-bn-relu", "zoo"])
 def test_dpl_sites_are_our_matchers_sites(name):
     func = MODULES[name]()["main"]
     counts = {}
@@ -200,6 +201,7 @@ def test_dpl_sites_are_our_matchers_sites(name):
         ours = our_sites(func, rule)
         assert [s.match.roots for s in found] == [m.roots for m in ours], rule.name
         counts[rule.name] = len(found)
+    assert sum(counts.values()), f"{name}: no site on either side, nothing compared"
     if name == "zoo":
         assert all(counts.values()), counts
         assert counts["matmul-sum-same-lhs"] == 1 and counts["matmul-of-concat"] == 2
@@ -209,8 +211,12 @@ def test_dpl_sites_are_our_matchers_sites(name):
 def test_multi_root_sites_are_our_matchers_sites():
     for make in (examples.parallel_matmuls, examples.inception_block, split_chain):
         func = make()["main"]
+        compared = 0
         for rule in MULTI:
-            assert [s.match for s in dpl.sites(func, rule)] == our_sites(func, rule), rule.name
+            theirs = [s.match for s in dpl.sites(func, rule)]
+            assert theirs == our_sites(func, rule), rule.name
+            compared += len(theirs)
+        assert compared, f"{make.__name__}: no site on either side, nothing compared"
 
 
 def test_dpl_finds_our_matchers_sites_on_the_benchmark_models():

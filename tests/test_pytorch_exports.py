@@ -205,3 +205,85 @@ def test_check_feeds_a_mask_summed_into_positions_as_zeros_and_ones():
     feeds = random_feeds(loaded, {}, integer_ranges(loaded))
     assert set(np.unique(feeds["attention_mask"])) == {0, 1}
     assert check_onnx(loaded, loaded)["ok"]
+
+
+def test_check_runs_a_model_that_branches_on_a_rank_0_bool_both_ways():
+    """A rank-0 bool input (an If's condition) was fed as a numpy.bool, which onnxruntime
+    refuses ("Unable to handle object of type numpy.bool"), and --check blamed the original."""
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)], "branch",
+        [helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    loaded = tvm_taso.load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    result = check_onnx(loaded, loaded)
+    assert result["ok"] and len(result["runs"]) == 2  # the flag one way, then the other
+
+
+def test_check_says_the_largest_error_per_dtype_and_what_was_skipped():
+    from tvm_taso.cli.checking import check_line
+
+    result = {"max_relative_error_by_dtype": {"float32": 3e-7, "int64": 0.0}, "runtime": "onnxruntime",
+              "skipped": ["{'batch': 2}: the original does not run at these sizes: bad"]}
+    line = check_line(result)
+    assert "3.00e-07 (float32)" in line and "0.00e+00 (int64)" in line
+    assert "skipped: {'batch': 2}: the original does not run" in line and not line.endswith("(ok)")
+
+
+def qdq_model() -> onnx.ModelProto:
+    """A QDQ model as onnxruntime's quantizer writes one: activations and weights quantized to
+    int8 and dequantized before each MatMul, two MatMuls sharing the dequantized input (which
+    merge-matmul-shared-lhs would merge), and ``Add(DQ(w1), DQ(w2))`` feeding a third."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_x"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq_x")]
+    for k in range(4):
+        inits.append(numpy_helper.from_array(rng.integers(-20, 20, (D, D)).astype(np.int8), f"w{k}"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"w{k}", "s", "z"], [f"w{k}d"], name=f"dq_w{k}"))
+    nodes += [helper.make_node("MatMul", ["xd", "w0d"], ["a"], name="matmul_a"),
+              helper.make_node("MatMul", ["xd", "w1d"], ["b"], name="matmul_b"),
+              helper.make_node("Add", ["w2d", "w3d"], ["w23"], name="add_weights"),
+              helper.make_node("MatMul", ["xd", "w23"], ["c"], name="matmul_c")]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, D]) for n in "abc"]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, D])],
+                              outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantized_ops_are_not_rewritten_across_their_q_dq_pairs():
+    """A MatMul that no longer reads DequantizeLinear outputs is no int8 kernel in the runtimes
+    that consume QDQ models: nothing is rewritten through Q/DQ, every node is kept as it was."""
+    model = qdq_model()
+    original, new, report = optimize(model)
+    assert report["applied"] == {}
+    assert node_bytes(new.proto) == node_bytes(model)
+    assert "quantized kernel" in " ".join(report["opaque_reasons"].values())
+
+
+def test_a_value_an_if_branch_reads_keeps_its_name_when_its_producer_is_rewritten():
+    """``a`` and ``b`` (two MatMuls of one input, which merge) are read by the branches of an If
+    from the enclosing graph: the writer crashed with KeyError when ``a``'s producer was
+    rewritten. The branches still read ``a`` and ``b`` by name, with the same values."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((D, D)) * 0.2).astype("float32"), f"w{k}") for k in "ab"]
+    then = helper.make_graph([helper.make_node("Relu", ["a"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4, D])])
+    other = helper.make_graph([helper.make_node("Neg", ["b"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4, D])])
+    nodes = [helper.make_node("MatMul", ["x", "wa"], ["a"], name="matmul_a"),
+             helper.make_node("MatMul", ["x", "wb"], ["b"], name="matmul_b"),
+             helper.make_node("If", ["flag"], ["y"], name="branch", then_branch=then, else_branch=other)]
+    graph = helper.make_graph(nodes, "if", [helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, D])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    original, new, report = optimize(model)
+    assert report["applied"].get("merge-matmul-shared-lhs") == 1
+    produced = {o for n in new.proto.graph.node for o in n.output}
+    assert {"a", "b"} <= produced
+    assert check_onnx(original, new)["ok"]

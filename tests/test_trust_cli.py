@@ -397,3 +397,112 @@ def test_learned_model_file_follows_no_symlink(tmp_path):
     model.save(dest)
     assert victim.read_text() == "precious"
     assert dest.is_file() and not dest.is_symlink() and _temp_files(tmp_path) == []
+
+
+# --- second round (issue 25): bad input is exit 2, one line, naming the option as typed, first ---
+
+
+@pytest.mark.parametrize("rules", ["/dev/zero", "fifo", "missing.rules", "."])
+def test_rules_that_are_not_a_regular_file_are_one_line_before_any_work(rules, model_file, tmp_path, capsys):
+    """``--rules /dev/zero`` read until memory ran out, a FIFO blocked forever: regular files
+    only, refused before the model is read."""
+    if rules == "fifo":
+        rules = str(tmp_path / "rules.fifo")
+        os.mkfifo(rules)
+    elif rules != "/dev/zero":
+        rules = str(tmp_path / rules)
+    status = main(["optimize", str(model_file), "-o", str(tmp_path / "out.onnx"), "--rules", rules])
+    err = capsys.readouterr().err
+    assert status == 2 and len(_errors(err)) == 1 and "(--rules)" in err
+    assert "reading" not in err and "Error:" not in _errors(err)[0]
+
+
+def test_an_oversized_rule_file_is_refused(tmp_path):
+    from tvm_taso.rewrite.rule import MAX_RULE_FILE_BYTES, RuleSyntaxError, read_rules
+
+    big = tmp_path / "big.rules"
+    with open(big, "wb") as f:
+        f.truncate(MAX_RULE_FILE_BYTES + 1)
+    with pytest.raises(RuleSyntaxError, match="over the"):
+        read_rules(big)
+
+
+@pytest.mark.parametrize("option, value, said", [
+    ("--budget", "0", "--budget must be an integer >= 1"),
+    ("--alpha", "0.5", "--alpha must be a finite number >= 1.0"),
+    ("--time-limit", "-1", "--time-limit must be >= 0"),
+    ("--shape", "x=1x99999999999999999999x8x8", "a size must be below 2^63"),
+])
+def test_bad_options_are_exit_2_naming_the_option_as_typed(option, value, said, model_file, tmp_path, capsys):
+    status = main(["optimize", str(model_file), "-o", str(tmp_path / "out.onnx"), option, value])
+    err = capsys.readouterr().err
+    assert status == 2 and _errors(err) == [f"tvm-taso: error: {_errors(err)[0].split('error: ')[1]}"]
+    assert said in err and "ValueError" not in err and "--verbose" not in err and "reading" not in err
+
+
+def test_an_interrupted_search_clears_its_progress_bar_first(monkeypatch):
+    """The progress bar and the final "interrupted" line shared one terminal line: the bar is
+    closed (its line cleared) however the search ends."""
+    driver = sys.modules["tvm_taso.optimize"]  # the package exports the function under the same name
+
+    class Bar:
+        closed = False
+
+        def update(self, n=1):
+            pass
+
+        def close(self):
+            Bar.closed = True
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "_progress_bar", lambda mod: Bar())
+    monkeypatch.setattr(driver, "_optimize_module", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        driver.optimize(examples.EXAMPLES["qkv"](), target="llvm", cost_model="analytic", progress=True)
+    assert Bar.closed
+
+
+def test_o_naming_the_inputs_external_data_file_is_refused_before_the_search(tmp_path, capsys):
+    """``-o`` naming the input's external-data file overwrote it: the input was destroyed and
+    the exit status 0. Refused in one line before the search, the data file untouched; so is an
+    ``-o`` whose own data file (``OUT.data``, for a model over 2 GB) would be the input's."""
+    path = tmp_path / "in.onnx"
+    onnx.save_model(inception_onnx(), path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="out.onnx.data", size_threshold=0)
+    weights = (tmp_path / "out.onnx.data").read_bytes()
+    for output in ("out.onnx.data", "out.onnx"):
+        status = main(["optimize", str(path), "-o", str(tmp_path / output)])
+        err = capsys.readouterr().err
+        assert status == 2 and len(_errors(err)) == 1 and "external data file" in err and "searching" not in err
+    assert (tmp_path / "out.onnx.data").read_bytes() == weights
+    assert main(["optimize", str(path), "-o", str(tmp_path / "other.onnx")]) == 0
+
+
+def test_a_large_models_data_file_is_replaced_whole_with_the_model(tmp_path, monkeypatch):
+    """Over 2 GB the tensors go to ``OUT.data``: each rerun to the same ``-o`` appended the
+    model's size to it again, outside the all-or-nothing write. Now it is written whole and
+    renamed into place with the model; an error leaves neither."""
+    from tvm_taso.io import onnx_model
+
+    monkeypatch.setattr(onnx_model, "LARGE_MODEL_BYTES", 1000)
+    source = tmp_path / "in.onnx"
+    onnx.save(inception_onnx(), source)
+    out, data = tmp_path / "out.onnx", tmp_path / "out.onnx.data"
+    sizes = []
+    for _ in range(2):
+        assert main(["optimize", str(source), "-o", str(out), "--target", "cuda", "--cost", "analytic"]) == 0
+        sizes.append(data.stat().st_size)
+    assert sizes[0] == sizes[1] > 0
+    loaded = tvm_taso.load_onnx(out)
+    assert all(i.data_location == onnx.TensorProto.DEFAULT for i in loaded.proto.graph.initializer)
+    assert _temp_files(tmp_path) == []
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(onnx, "save_model", fail)
+    out2 = tmp_path / "out2.onnx"
+    assert main(["optimize", str(source), "-o", str(out2), "--target", "cuda", "--cost", "analytic"]) == 3
+    assert not out2.exists() and not (tmp_path / "out2.onnx.data").exists() and _temp_files(tmp_path) == []

@@ -24,6 +24,34 @@ class OutputPathError(ValueError):
     """An output path that cannot be written; the message names it (not a temporary file)."""
 
 
+class InputFileError(ValueError):
+    """An input path that is not a regular file tvm-taso can read; the message names it."""
+
+
+def read_regular_file(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, refusing (:class:`InputFileError`, one line) anything but a regular
+    file of at most ``limit`` bytes: ``/dev/zero`` would be read until memory runs out and a
+    FIFO would block forever. ``what`` names the file's kind in messages ("an ONNX file")."""
+    if not path.exists():
+        raise InputFileError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputFileError(f"{path}: is a directory, not {what}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except OSError as err:
+        raise InputFileError(f"{path}: cannot open: {err.strerror or err}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputFileError(f"{path}: not a regular file (a device, FIFO or socket); give {what}")
+        if st.st_size > limit:
+            raise InputFileError(f"{path}: {st.st_size} bytes, over the {limit} bytes {what} may hold")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputFileError(f"{path}: grew past the {limit} bytes {what} may hold while being read")
+    return data
+
+
 def cache_dir() -> Path:
     """``$TVM_TASO_CACHE``, else ``~/.cache/tvm-taso``: measurements and learned models."""
     root = os.environ.get("TVM_TASO_CACHE")

@@ -132,24 +132,27 @@ def optimize(
     deadline = t0 + time_limit
     bar = _progress_bar(mod) if progress else None
     extra = {}
-    if isinstance(mod, OnnxModel):
-        try:
-            new_mod, cost_before, cost_after, folded, extra = optimize_onnx(
+    try:
+        if isinstance(mod, OnnxModel):
+            try:
+                new_mod, cost_before, cost_after, folded, extra = optimize_onnx(
+                    mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search,
+                    judge
+                )
+            except InputError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the pass's promise: an internal failure keeps the model
+                log.debug("optimizing %s failed", mod.name, exc_info=True)
+                skipped[f"{mod.name}: left as is after an internal error ({type(err).__name__}: {err})"] += 1
+                new_mod = mod
+                stats.applied, stats.rewrites, stats.curve = Counter(), [], []
+        else:
+            new_mod, cost_before, cost_after, folded = _optimize_module(
                 mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search, judge
             )
-        except InputError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the pass's promise: an internal failure keeps the model
-            log.debug("optimizing %s failed", mod.name, exc_info=True)
-            skipped[f"{mod.name}: left as is after an internal error ({type(err).__name__}: {err})"] += 1
-            new_mod = mod
-            stats.applied, stats.rewrites, stats.curve = Counter(), [], []
-    else:
-        new_mod, cost_before, cost_after, folded = _optimize_module(
-            mod, rules, cost, alpha, budget, deadline, region_size, stats, skipped, bar, min_gain, search, judge
-        )
-    if bar is not None:
-        bar.close()
+    finally:  # an interrupted search too: the bar's line is cleared before anything else is printed
+        if bar is not None:
+            bar.close()
     if new_mod is not mod and not isinstance(mod, OnnxModel) and tvm_ffi.structural_equal(new_mod, mod):
         # every rewrite was undone by a later one: the module is the same, so say nothing was applied
         new_mod, cost_after = mod, cost_before

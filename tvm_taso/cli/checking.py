@@ -52,8 +52,14 @@ def check_onnx(original, optimized, seed: int = 0) -> dict:
     sizes = [original.dims] + ([original.second_dims()] if original.dims else [])
     outputs: dict[str, dict] = {}
     runs = []
+    cases = []
     for k, dims in enumerate(sizes):
         feeds = random_feeds(original, dims, ranges, seed + k)
+        cases.append((dims, feeds))
+        flags = [n for n, a in feeds.items() if a.dtype == np.bool_ and a.ndim == 0]
+        if flags:  # a flag the model may branch on (an If's condition): both values
+            cases.append((dims, {n: (~a if n in flags else a) for n, a in feeds.items()}))
+    for k, (dims, feeds) in enumerate(cases):
         try:
             expected = dict(zip([o.name for o in before.get_outputs()], before.run(None, feeds)))
         except Exception as err:  # noqa: BLE001
@@ -70,20 +76,55 @@ def check_onnx(original, optimized, seed: int = 0) -> dict:
         for name, value in expected.items():
             err = array_relative_error(value, got[name]) if name in got else math.inf
             tol = tolerance(np.asarray(value).dtype)
-            entry = outputs.setdefault(name, {"max_relative_error": 0.0, "tolerance": tol})
-            entry["max_relative_error"] = max(entry["max_relative_error"], err)
+            entry = outputs.setdefault(name, {"max_relative_error": 0.0, "tolerance": tol,
+                                              "dtype": str(np.asarray(value).dtype)})
+            if err > entry["max_relative_error"]:
+                entry["max_relative_error"] = err
+                entry["where"] = _where(value, got.get(name))
             entry["ok"] = entry["max_relative_error"] <= tol
         runs.append({"dims": dims, "inputs": {n: list(a.shape) for n, a in feeds.items()}})
     worst = max(outputs, key=lambda n: outputs[n]["max_relative_error"] - outputs[n]["tolerance"], default=None)
+    by_dtype: dict[str, float] = {}
+    for entry in outputs.values():
+        by_dtype[entry["dtype"]] = max(by_dtype.get(entry["dtype"], 0.0), entry["max_relative_error"])
     return {
         "ok": all(o["ok"] for o in outputs.values()),
-        "max_relative_error": outputs[worst]["max_relative_error"] if worst else 0.0,
+        "max_relative_error": max(by_dtype.values(), default=0.0),
+        "max_relative_error_by_dtype": by_dtype,
         "tolerance": outputs[worst]["tolerance"] if worst else TOLERANCE,
         "worst_output": worst,
         "outputs": outputs,
         "runs": runs,
+        "skipped": [f"{r['dims']}: {r['skipped']}" for r in runs if "skipped" in r],
         "runtime": "onnxruntime",
     }
+
+
+def _where(expected, got) -> str:
+    """Where two outputs differ most: the index and both values (or why there is none)."""
+    if got is None:
+        return "missing from the optimized model"
+    a, b = np.asarray(expected, np.float64), np.asarray(got, np.float64)
+    if a.shape != b.shape:
+        return f"shape {list(b.shape)} instead of {list(a.shape)}"
+    diff = np.abs(np.nan_to_num(a - b, nan=np.inf))
+    k = np.unravel_index(int(np.argmax(diff)), a.shape) if a.size else ()
+    return f"at {list(map(int, k))}: {a[k]!r} in the original, {b[k]!r} optimized" if a.size else "empty"
+
+
+def failure_line(result: dict) -> str:
+    """What a failed check says: the output, its error against its tolerance, and where."""
+    name = result["worst_output"]
+    entry = result["outputs"][name]
+    return (f"--check: optimized model differs from the original in output {name!r} (max relative error "
+            f"{entry['max_relative_error']:.3g} > {entry['tolerance']:g}, {entry.get('where', '')}); nothing written")
+
+
+def check_line(result: dict) -> str:
+    """The summary of a passed check: the largest error per output dtype, and what was skipped."""
+    errors = ", ".join(f"{err:.2e} ({dtype})" for dtype, err in sorted(result["max_relative_error_by_dtype"].items()))
+    skipped = "; skipped: " + "; ".join(result["skipped"]) if result["skipped"] else ""
+    return f"max relative error {errors or 'none (no outputs)'} via {result['runtime']} (ok{skipped})"
 
 
 def _first_line(err) -> str:
@@ -123,7 +164,7 @@ def random_feeds(model, dims: dict, ranges: dict, seed: int = 0) -> dict[str, np
         if dtype.kind == "f":
             feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
-            feeds[inp.name] = rng.random(shape) < 0.5
+            feeds[inp.name] = np.asarray(rng.random(shape) < 0.5)  # rank 0: an array, not a numpy.bool
         else:
             low, high = ranges.get(inp.name, DEFAULT_INT_RANGE)
             feeds[inp.name] = rng.integers(low, high, size=shape).astype(dtype)

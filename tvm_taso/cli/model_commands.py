@@ -109,6 +109,23 @@ def _target(text: str):
     return json.loads(text) if text.startswith("{") else text
 
 
+# the search options as the command line spells them
+_OPTION_FLAGS = {"alpha": "--alpha", "budget": "--budget", "time_limit": "--time-limit"}
+
+
+def _check_options(args) -> None:
+    """The search options in range (:func:`tvm_taso.search.options.validate`), before any work:
+    an :class:`InputError` (exit 2) naming the option as the user typed it."""
+    from tvm_taso.search.options import validate
+
+    given = {name: getattr(args, name) for name in _OPTION_FLAGS if hasattr(args, name)}
+    try:
+        validate(**given)
+    except ValueError as err:
+        name, _, rest = str(err).partition(" ")
+        raise InputError(f"{_OPTION_FLAGS.get(name, name)} {rest}") from None
+
+
 def _check_outputs(args, **outputs) -> None:
     """Check every output path (``{option: path}``) before any work, so that a missing or
     read-only directory costs no search time; only ``-o`` may name the input (it is replaced
@@ -122,6 +139,19 @@ def _check_outputs(args, **outputs) -> None:
             if option != "-o":
                 raise OutputPathError(f"{option} {path}: is the input model; choose another file")
             _step(f"-o {path} is the input model: it is replaced (atomically) only once the result is ready")
+
+
+def _check_not_input_data(outputs: dict, data_files: list[Path]) -> None:
+    """No output may be one of the input model's external data files (writing it would destroy
+    the input), nor the data file an output model's own tensors would go to."""
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        for candidate in (Path(path), Path(path).parent / (Path(path).name + ".data")):
+            clash = next((f for f in data_files if f.exists() and candidate.exists() and f.samefile(candidate)), None)
+            if clash is not None:
+                raise OutputPathError(f"{option} {path}: {'is' if candidate == Path(path) else 'would write'} the "
+                                      f"input model's external data file {clash}; choose another file")
 
 
 def _quiet_skips() -> None:
@@ -143,8 +173,14 @@ def _shapes(args) -> dict:
 
 def _rules(args):
     import tvm_taso
+    from tvm_taso.rewrite.rule import RuleSyntaxError
 
-    return tvm_taso.default_rules() if args.rules is None else tvm_taso.load_rules(args.rules)
+    if args.rules is None:
+        return tvm_taso.default_rules()
+    try:
+        return tvm_taso.load_rules(args.rules)
+    except RuleSyntaxError as err:  # bad input: exit 2, one line
+        raise InputError(str(err)) from None
 
 
 def _cost_model(name: str, target):
@@ -165,6 +201,7 @@ def cmd_example(args) -> int:
     from tvm_taso.numerics import relative_error
     from tvm_taso.runtime import inputs_for, run
 
+    _check_options(args)
     target = _target(args.target)
     _check_outputs(args, **{"--json": args.json})
     _quiet_skips()
@@ -198,16 +235,19 @@ def cmd_example(args) -> int:
 
 def cmd_optimize(args) -> int:
     import tvm_taso
-    from tvm_taso.cli.checking import CheckFailed, check_onnx
+    from tvm_taso.cli.checking import CheckFailed, check_line, check_onnx, failure_line
     from tvm_taso.io.onnx_import import read_model
 
+    _check_options(args)
     target = _target(args.target)
     _check_outputs(args, **{"-o": args.output, "--report": args.report, "--html": args.html})
+    shapes, rules = _shapes(args), _rules(args)  # bad input before any work
     _quiet_skips()
-    proto, name = read_model(args.input)
+    data_files: list[Path] = []
+    proto, name = read_model(args.input, data_files=data_files)
+    _check_not_input_data({"-o": args.output, "--report": args.report, "--html": args.html}, data_files)
     _step(f"reading {name}")
-    model = tvm_taso.load_onnx(proto, shapes=_shapes(args), name=name, simplify=args.simplify)
-    rules = _rules(args)
+    model = tvm_taso.load_onnx(proto, shapes=shapes, name=name, simplify=args.simplify)
     _step(f"searching ({len(rules)} rules, time limit {args.time_limit:g} s)")
     new, report = tvm_taso.optimize(
         model,
@@ -223,16 +263,12 @@ def cmd_optimize(args) -> int:
     )
     if args.check:
         _step("checking outputs on random inputs (onnxruntime, inputs and outputs by name)")
-        original = tvm_taso.load_onnx(proto, shapes=_shapes(args), name=name) if args.simplify else model
+        original = tvm_taso.load_onnx(proto, shapes=shapes, name=name) if args.simplify else model
         result = check_onnx(original, new)
         report["check"] = result
         if not result["ok"]:
-            raise CheckFailed(
-                f"--check: optimized model differs from the original in output {result['worst_output']!r} "
-                f"(max relative error {result['max_relative_error']:.3g} > {result['tolerance']:g}); nothing written"
-            )
-    data_file = Path(args.output).name + ".data"  # used only for a model over 2 GB
-    outputs = {args.output: lambda tmp: new.save(tmp, data_location=data_file)}  # all or none, model and reports
+            raise CheckFailed(failure_line(result))
+    outputs = new.writers(args.output)  # all or none: model (its data file, over 2 GB) and reports
     if args.report:
         text = json.dumps(report, indent=2, allow_nan=False)
         outputs[args.report] = lambda tmp: Path(tmp).write_text(text)
@@ -244,8 +280,7 @@ def cmd_optimize(args) -> int:
     write_all(outputs)
     _print_summary(report)
     if args.check:
-        print(f"check            max relative error {report['check']['max_relative_error']:.2e} "
-              f"via {report['check']['runtime']} (ok)")
+        print(f"check            {check_line(report['check'])}")
     print(f"written          {args.output}")
     if args.report:
         print(f"report           {args.report}")

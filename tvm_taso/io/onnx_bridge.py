@@ -108,6 +108,7 @@ class OnnxGraph:
         self._consts: dict[str, np.ndarray] = {}
         self._inits = {i.name: i for i in self.proto.graph.initializer}
         self.producer: dict[str, int] = {}  # tensor name -> index of the node writing it
+        self.quantized = _quantized_boundary(self.proto.graph)
         overridable = {i.name for i in self.proto.graph.input}
         for inp in self.proto.graph.input:
             self.refs[inp.name] = (g.add_leaf("input", self.type_a(inp.name), inp.name, key=inp.name), 0)
@@ -206,6 +207,8 @@ class OnnxGraph:
             if self.constant(node.input[0]) is not None:
                 self._consts[node.output[0]] = self.constant(node.input[0])
             return [self.refs[node.input[0]]]
+        if reason is None and default and node.op_type in READERS and idx in self.quantized:
+            reason = "reads a DequantizeLinear output or feeds a QuantizeLinear (a quantized kernel)"
         if reason is None and default and node.op_type in READERS:
             try:
                 return self._read_known(idx, node)
@@ -405,7 +408,8 @@ class _Writer:
                 old = self.bridge.refs.get(name)
                 renamed[k] = self.need_input(name, mapping.get(old, old))
         for name in _implicit_inputs(node):
-            source = self.need_input(name, self.bridge.refs.get(name))
+            old = self.bridge.refs.get(name)
+            source = self.need_input(name, mapping.get(old, old))
             if source != name:  # a subgraph reads it by name: give the new value that name
                 self.add_item(self._priority(source) + 0.5, helper.make_node(
                     "Identity", [source], [name], name=self.fresh("taso_Identity")))
@@ -618,6 +622,17 @@ def _ordered(items: list[tuple[float, onnx.NodeProto]], available: set[str]) -> 
     if len(order) != len(items):
         raise RewriteRejected([], "the written graph would have a cycle")
     return order
+
+
+def _quantized_boundary(graph) -> set[int]:
+    """Indices of the nodes that read a ``DequantizeLinear`` output or whose output a
+    ``QuantizeLinear`` reads: in a QDQ model these pairs mark the ops a runtime runs as quantized
+    kernels, so no rewrite may go through them (nodes and their Q/DQ stay as they are)."""
+    dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear" and n.output}
+    quantized = {n.input[0] for n in graph.node if n.op_type == "QuantizeLinear" and n.input}
+    return {idx for idx, n in enumerate(graph.node)
+            if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+            and (dequantized & set(n.input) or quantized & set(n.output))}
 
 
 def _implicit_inputs(node) -> list[str]:

@@ -5,12 +5,12 @@ clear :class:`InputError`), the sizes of symbolic dimensions (``bind_dims``), an
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import warnings
 from pathlib import Path
 
 import onnx
+
+from tvm_taso.files import InputFileError, read_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +23,13 @@ MAX_MODEL_BYTES = 2**31  # protobuf's limit for one message (larger weights live
 _warned_opsets: set[tuple[str, int]] = set()  # (model, opset) already warned about, once per run
 
 
-def read_model(model, name: str | None = None) -> tuple[onnx.ModelProto, str]:
+def read_model(model, name: str | None = None, data_files: list | None = None) -> tuple[onnx.ModelProto, str]:
     """(ModelProto, a name for messages) from a path or a ModelProto.
 
     A path must name a regular file (a device such as ``/dev/zero``, a FIFO or a socket would be
     read forever or block) of at most :data:`MAX_MODEL_BYTES`; external data files beside it are
-    loaded. An opset newer than the installed ``onnx`` knows is said in one warning.
+    loaded (and their paths appended to ``data_files`` when given). An opset newer than the
+    installed ``onnx`` knows is said in one warning.
     """
     if isinstance(model, onnx.ModelProto):
         proto, name = model, name or model.graph.name or "<model>"
@@ -37,6 +38,8 @@ def read_model(model, name: str | None = None) -> tuple[onnx.ModelProto, str]:
         data = _read_regular_file(path)
         try:
             proto = onnx.load_model_from_string(data)
+            if data_files is not None:
+                data_files.extend(sorted({path.parent / location for location in _external_locations(proto.graph)}))
             onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
         except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
             raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
@@ -53,27 +56,30 @@ def read_model(model, name: str | None = None) -> tuple[onnx.ModelProto, str]:
     return proto, name
 
 
+def _external_locations(graph) -> set[str]:
+    """The external data files the tensors of ``graph`` (its subgraphs included) are stored in."""
+    found = set()
+    tensors = list(graph.initializer)
+    for node in graph.node:
+        for attr in node.attribute:
+            tensors += [attr.t] if attr.HasField("t") else []
+            tensors += list(attr.tensors)
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                found |= _external_locations(sub)
+    for tensor in tensors:
+        found |= {entry.value for entry in tensor.external_data if entry.key == "location"}
+    return found
+
+
 def _read_regular_file(path: Path) -> bytes:
-    """The bytes of ``path``, refusing (InputError) anything but a regular file of bounded size."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, not an ONNX file")
+    """The bytes of ``path``: a regular file within protobuf's 2 GiB (InputError otherwise)."""
+    if path.is_file() and path.stat().st_size > MAX_MODEL_BYTES:
+        raise InputError(f"{path}: {path.stat().st_size} bytes, over the 2 GiB an ONNX file can hold "
+                         "(keep large weights as external data)")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-    except OSError as err:
-        raise InputError(f"{path}: cannot open: {err.strerror or err}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path}: not a regular file (a device, FIFO or socket); give an ONNX file")
-        if st.st_size > MAX_MODEL_BYTES:
-            raise InputError(f"{path}: {st.st_size} bytes, over the 2 GiB an ONNX file can hold "
-                             "(keep large weights as external data)")
-        data = f.read(MAX_MODEL_BYTES + 1)
-    if len(data) > MAX_MODEL_BYTES:
-        raise InputError(f"{path}: grew past the 2 GiB an ONNX file can hold while being read")
-    return data
+        return read_regular_file(path, MAX_MODEL_BYTES, "an ONNX file")
+    except InputFileError as err:
+        raise InputError(str(err)) from None
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -87,6 +93,8 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
             raise ValueError
     except ValueError:
         raise InputError(f"--shape {text!r}: expected NAME=D1xD2x..., e.g. input=1x3x224x224") from None
+    if any(d >= 2**63 for d in shape):
+        raise InputError(f"--shape {text!r}: a size must be below 2^63 (an int64)")
     return name, shape
 
 

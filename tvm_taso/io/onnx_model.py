@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import external_data_helper, helper, numpy_helper
 
-from tvm_taso.files import write_atomically
+from tvm_taso.files import TEMP_PREFIX, write_all
 from tvm_taso.io.onnx_import import InputError, bind_dims, input_shapes, read_model
 
 log = logging.getLogger("tvm_taso.io")
@@ -106,15 +106,29 @@ class OnnxModel:
         return OnnxModel(proto, self.name, self.dims)
 
     def save(self, path, data_location: str | None = None) -> None:
-        """Write the model to ``path``; a model over :data:`LARGE_MODEL_BYTES` keeps its tensors in
-        the external data file ``data_location`` (default ``<file name>.data``) beside it."""
+        """Write the model to ``path``, all or nothing (:meth:`writers`)."""
+        write_all(self.writers(path, data_location))
+
+    def writers(self, path, data_location: str | None = None) -> dict:
+        """``{file: write(tmp)}`` for :func:`tvm_taso.files.write_all`: the model at ``path``
+        and, for a model over :data:`LARGE_MODEL_BYTES`, its tensors in the external data file
+        ``data_location`` (default ``<file name>.data``) beside it. The data file is written
+        whole (never appended to, as ``onnx.save_model`` does to an existing one) and replaced
+        together with the model."""
         if not is_large(self.proto):
-            onnx.save_model(self.proto, os.fspath(path))
-            return
+            return {path: lambda tmp: onnx.save_model(self.proto, os.fspath(tmp))}
+        location = data_location or Path(path).name + ".data"
         copy = onnx.ModelProto()
         copy.CopyFrom(self.proto)  # saving with external data moves the tensors out of the proto
-        onnx.save_model(copy, os.fspath(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data_location or Path(path).name + ".data", size_threshold=1024)
+
+        def write_data(tmp):
+            external_data_helper.convert_model_to_external_data(copy, all_tensors_to_one_file=True,
+                                                                location=location, size_threshold=1024)
+            with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX, dir=Path(tmp).parent) as scratch:
+                external_data_helper.write_external_data_tensors(copy, scratch)
+                os.replace(Path(scratch) / location, tmp)
+
+        return {Path(path).parent / location: write_data, path: lambda tmp: onnx.save_model(copy, os.fspath(tmp))}
 
 
 def is_large(proto: onnx.ModelProto) -> bool:
@@ -172,7 +186,7 @@ def export_onnx(model, path=None, **relax_options):
     """
     if isinstance(model, OnnxModel):
         if path is not None:
-            write_atomically(path, lambda tmp: model.save(tmp, data_location=Path(path).name + ".data"))
+            model.save(path)
         return model.proto
     from tvm_taso.io import onnx_export
 

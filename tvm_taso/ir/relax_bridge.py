@@ -96,7 +96,7 @@ class BlockGraph:
                 reason = str(err)
                 if reason.startswith("unknown op"):
                     skipped[reason] += 1
-                elif _symbolic(var) or any(_symbolic(a) for a in value.args):
+                elif symbolic_shape(var) or any(symbolic_shape(a) for a in value.args):
                     skipped[f"{value.op.name} with a symbolic shape"] += 1
                 else:
                     skipped[f"{value.op.name}: {reason}"] += 1
@@ -172,7 +172,8 @@ class BlockGraph:
         return relax.DataflowBlock(bindings)
 
 
-def _symbolic(expr) -> bool:
+def symbolic_shape(expr) -> bool:
+    """Is ``expr`` a tensor whose shape the engine cannot read as static sizes?"""
     ty = getattr(expr, "ty", None)
     if not isinstance(ty, relax.TensorType):
         return False

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tvm_taso.files import InputFileError, read_regular_file
 from tvm_taso.ir import ops
 
 log = logging.getLogger("tvm_taso")
@@ -28,6 +29,10 @@ log = logging.getLogger("tvm_taso")
 PROVENANCES = ("hand", "generated")
 MAX_DEPTH = 64  # nesting of parentheses and brackets a rule may have
 PROOFS = ("proved", "checked", "unverified")
+
+
+# A rule file of the shipped library is about 100 kB; 16 MiB holds hundreds of thousands of rules.
+MAX_RULE_FILE_BYTES = 16 * 2**20
 
 
 class RuleSyntaxError(ValueError):
@@ -554,9 +559,9 @@ def read_rules(path: str | Path) -> list[Rule]:
     (:func:`tvm_taso.load_rules` also decides whether they may be used)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise RuleSyntaxError(f"{path}: cannot read rule file: {err.strerror}") from None
+        data = read_regular_file(path, MAX_RULE_FILE_BYTES, "a rule file")
+    except InputFileError as err:
+        raise RuleSyntaxError(f"{err} (--rules)") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
