@@ -287,3 +287,37 @@ def test_a_value_an_if_branch_reads_keeps_its_name_when_its_producer_is_rewritte
     produced = {o for n in new.proto.graph.node for o in n.output}
     assert {"a", "b"} <= produced
     assert check_onnx(original, new)["ok"]
+
+
+def scaled_fp16_matmul() -> onnx.ModelProto:
+    """``(x · W) · 300`` in float16 with W near 300 and x small: the product is about 1441, but
+    W · 300 (what fold-scalar-mul-into-matmul folds into the weight) is past float16's 65504."""
+    rng = np.random.default_rng(0)
+    w = (300 + rng.standard_normal((8, 8))).astype(np.float16)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"], name="matmul"),
+         helper.make_node("Mul", ["xw", "scale"], ["y"], name="scale")], "fp16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4, 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(300, np.float16), "scale")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_fold_that_overflows_half_precision_is_not_applied():
+    """The optimized model returned inf where the original returned 1441: a rewrite whose folded
+    weights do not fit their dtype is dropped at that site, with its rule named."""
+    from tvm_taso.ir.graph import fits
+
+    assert not fits(np.array([90000.0]), np.float16) and fits(np.array([1441.0]), np.float16)
+    assert fits(np.array([1.0, 1e-9]), np.float16)  # lost to zero: less than rounding 1.0 loses
+    assert not fits(np.array([1e-9, 2e-9]), np.float16)  # the whole tensor underflows
+    model = scaled_fp16_matmul()
+    original, new, report = optimize(model)
+    assert any("float16" in d["reason"] for d in report["regions_dropped"])
+    assert all(d["rules"] for d in report["regions_dropped"])
+    import onnxruntime as ort
+
+    x = np.full((4, 8), 0.002, np.float16)
+    got = ort.InferenceSession(new.proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.isfinite(got).all() and np.allclose(got, want, rtol=1e-2)

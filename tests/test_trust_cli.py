@@ -506,3 +506,54 @@ def test_a_large_models_data_file_is_replaced_whole_with_the_model(tmp_path, mon
     out2 = tmp_path / "out2.onnx"
     assert main(["optimize", str(source), "-o", str(out2), "--target", "cuda", "--cost", "analytic"]) == 3
     assert not out2.exists() and not (tmp_path / "out2.onnx.data").exists() and _temp_files(tmp_path) == []
+
+
+def test_checking_a_users_rules_counts_in_the_time_limit(tmp_path, capsys):
+    """5,000 rules took 240 s with --time-limit 10 and the summary said "search 0.056 s": the
+    check is bounded by --time-limit, the rules not reached are not used, and the summary says
+    how many and how long the check took."""
+    rule = "my-transpose-{k} [hand, unverified]: (permute_dims (permute_dims ?x :axes [1 0]) :axes [1 0]) => ?x\n"
+    path = tmp_path / "many.rules"
+    path.write_text("".join(rule.format(k=k) for k in range(400)))
+    model = tmp_path / "in.onnx"
+    onnx.save(inception_onnx(), model)
+    status = main(["optimize", str(model), "-o", str(tmp_path / "out.onnx"), "--rules", str(path),
+                   "--time-limit", "0.5", "--report", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "not checked within the time limit (not used)" in out
+    import json
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    late = [r for r in report["rules_refused"] if r["reason"] == "not checked within the time limit"]
+    assert 0 < len(late) < 400 and report["rules_check_seconds"] >= 0.5
+
+
+@pytest.mark.parametrize("sig, status", [(2, 130), (15, 143)])
+def test_a_signal_during_the_rule_check_stops_the_process(sig, status, tmp_path):
+    """SIGINT and SIGTERM while a user's rules were being checked were swallowed (raised inside
+    a Z3 finalizer): the process must stop, clean up and exit 130 / 143 whenever they come."""
+    import signal as signals
+    import time
+
+    rule = "my-transpose-{k} [hand, unverified]: (permute_dims (permute_dims ?x :axes [1 0]) :axes [1 0]) => ?x\n"
+    rules = tmp_path / "many.rules"
+    rules.write_text("".join(rule.format(k=k) for k in range(2000)))
+    model = tmp_path / "in.onnx"
+    onnx.save(inception_onnx(), model)
+    proc = subprocess.Popen([sys.executable, "-m", "tvm_taso.cli", "optimize", str(model), "-o",
+                             str(tmp_path / "out.onnx"), "--rules", str(rules), "--time-limit", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and "searching (2000 rules" not in (proc.stderr.readline() or ""):
+        pass
+    time.sleep(1.5)  # checking the rules: about 20 a second
+    assert proc.poll() is None
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the signal was swallowed: still checking after 30 s")
+    assert proc.returncode == status, err
+    assert not (tmp_path / "out.onnx").exists() and _temp_files(tmp_path) == []

@@ -121,15 +121,17 @@ def optimize(
     else:
         targets.parse(target)  # an unknown target: one line listing what is accepted
     refused: list = []
-    rules = default_rules() if rules is None else admit(list(rules), refused=refused)
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit  # checking a user's rules counts in it
+    rules = default_rules() if rules is None else admit(list(rules), refused=refused, deadline=deadline,
+                                                         progress=progress)
+    rules_seconds = time.perf_counter() - t0
     cost = make_cost_model(cost_model, target)
     judge = _region_guard(region_guard, guard, cost, target, guard_repeats)
     stats = SearchStats()
     skipped: Counter = Counter()
     cost_before = cost_after = 0.0
     folded = 0
-    t0 = time.perf_counter()
-    deadline = t0 + time_limit
     bar = _progress_bar(mod) if progress else None
     extra = {}
     try:
@@ -183,6 +185,7 @@ def optimize(
         "curve": _curve(t0, cost_before, stats.curve),
         "rewrites": stats.rewrites,
         "rules_refused": [r.to_json() for r in refused],
+        "rules_check_seconds": rules_seconds,
         **extra,
         **({"region_guard": judge.summary(stats.decisions)} if judge is not None else {}),
         "settings": {"alpha": alpha, "budget": budget, "time_limit": time_limit, "region_size": region_size,

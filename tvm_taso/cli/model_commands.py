@@ -292,6 +292,11 @@ def cmd_optimize(args) -> int:
 def _print_summary(report: dict) -> None:
     print(f"estimated cost   {report['cost_before']:.2f} us -> {report['cost_after']:.2f} us "
           f"({report['speedup_estimate']:.2f}x, {report['cost_model']['name']})")
+    refused = report.get("rules_refused", [])
+    late = sum(r["reason"] == "not checked within the time limit" for r in refused)
+    if refused or report.get("rules_check_seconds", 0) >= 0.1:
+        print(f"rules checked    {report['rules_check_seconds']:.3f} s; {len(refused) - late} refused"
+              + (f", {late} not checked within the time limit (not used)" if late else ""))
     print(f"search           {report['search_seconds']:.3f} s, {report['expanded']} graphs expanded, "
           f"{report['candidates']} candidates, {report['regions']} regions")
     if report.get("regions_cut_short"):

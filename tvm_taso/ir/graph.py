@@ -278,9 +278,33 @@ def _weight_only(g: Graph) -> set[int]:
     return folded
 
 
-def fold_constants(graph: Graph) -> int:
+class FoldError(OpError):
+    """A weight expression whose value does not fit its dtype (see :func:`fits`)."""
+
+
+def fits(exact: np.ndarray, dtype) -> bool:
+    """Does ``exact`` (computed in float64) survive the cast to float ``dtype``? Not when a finite
+    value becomes inf or NaN (an fp16 weight scaled past 65504), nor when values underflow to
+    zero or to subnormals by more than the dtype's rounding of the tensor's largest value."""
+    exact = np.asarray(exact, np.float64)
+    cast = exact.astype(dtype).astype(np.float64)
+    finite = np.isfinite(exact)
+    if not np.isfinite(cast[finite]).all():
+        return False
+    info = np.finfo(dtype)
+    small = finite & (np.abs(exact) < info.tiny)
+    if not small.any():
+        return True
+    scale = float(np.abs(exact[finite]).max())
+    return float(np.abs(exact[small] - cast[small]).max()) <= float(info.eps) * scale
+
+
+def fold_constants(graph: Graph, new: set[int] | frozenset = frozenset()) -> int:
     """Replace every known op whose operands are all constants by its value (TASO's weight
-    preprocessing). Returns the number of ops folded."""
+    preprocessing). Returns the number of ops folded. A float value that does not fit its dtype
+    (:func:`fits`) is not folded (the expression stays, as the model computes it); for one of the
+    ``new`` nodes (a rewrite just made it) that raises :class:`FoldError`: the rewrite is wrong
+    in that dtype."""
     folded = 0
     mapping: dict[Ref, Ref] = {}
     values: dict[Ref, np.ndarray] = {}
@@ -299,6 +323,12 @@ def fold_constants(graph: Graph) -> int:
             continue
         outs = _fold(n, [values[r] for r in inputs])
         if outs is None:
+            continue
+        unfit = [ty.dtype for arr, ty in zip(outs, n.types)
+                 if ty is not None and np.dtype(ty.dtype).kind == "f" and not fits(arr, ty.dtype)]
+        if unfit:
+            if nid in new:
+                raise FoldError(f"folding {n.op} into {unfit[0]} weights overflows or loses precision")
             continue
         folded += 1
         for i, (arr, ty) in enumerate(zip(outs, n.types)):

@@ -371,10 +371,11 @@ def splice(g: Graph, region: Region, best: Graph) -> Graph:
 
 def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats, path: tuple[str, ...],
                     accept=None) -> Graph | None:
-    """:func:`splice`, or None with one warning naming the region and its rules when the result
-    is not a DAG, does not type-check (each output the region stood for keeps its type) or is
-    refused by ``accept(graph)`` (a writer that raises when it cannot write the graph back): the
-    region is left as it was and the rest of the graph is still optimized."""
+    """:func:`splice` with the weights folded, or None with one warning naming the region and its
+    rules when the result is not a DAG, does not type-check (each output the region stood for
+    keeps its type), folds a weight that does not fit its dtype, or is refused by
+    ``accept(graph)`` (a writer that raises when it cannot write the graph back): the region is
+    left as it was and the rest of the graph is still optimized."""
     try:
         new = splice(g, region, best)
         new.topo_order()
@@ -383,6 +384,10 @@ def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats, p
         wrong = [o for o, want, got in changed if want != got]
         if wrong:
             raise OpError(f"the value {wrong[0]} would change type")
+        # weights the rewrite combined become constants now, so later regions see them as
+        # weights (free, foldable) rather than as runtime inputs; one that does not fit its
+        # dtype (an fp16 weight scaled past 65504) makes the rewrite wrong
+        folded = fold_constants(new, {nid for nid, node in new.nodes.items() if g.nodes.get(nid) is not node})
         if accept is not None:
             try:
                 accept(new)
@@ -394,6 +399,7 @@ def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats, p
                     stats.regions, ", ".join(rules), err)
         stats.dropped.append({"region": stats.regions, "rules": rules, "reason": str(err)})
         return None
+    stats.folded += folded
     return new
 
 
@@ -499,9 +505,6 @@ def search(
                     }
                 )
                 g = spliced
-                # weights the rewrite combined become constants now, so later regions see
-                # them as weights (free, foldable) rather than as runtime inputs
-                stats.folded += fold_constants(g)
                 stats.applied.update(path)
                 new_cost = cost.cost(g)
                 # the region's own gain is on the curve already; add what fusion across its

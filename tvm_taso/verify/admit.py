@@ -16,11 +16,17 @@ Results are cached per rule text, so a rule is judged once per process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
+import threading
+import time
 import logging
 from pathlib import Path
 
 from tvm_taso.rewrite.rule import TRUSTED, Rule, read_rules
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 log = logging.getLogger("tvm_taso")
 
@@ -43,30 +49,88 @@ class Refusal:
         return dataclasses.asdict(self)
 
 
-def admit(rules, trust: bool = False, refused: list | None = None) -> list[Rule]:
+def admit(rules, trust: bool = False, refused: list | None = None, deadline: float | None = None,
+          progress: bool = False) -> list[Rule]:
     """The rules the search may use: each one not yet admitted (``rule.established`` empty) is
     proved or checked (see the module docstring), or trusted as written with ``trust``; refused
-    rules are left out, with a warning, and appended to ``refused`` as :class:`Refusal`."""
-    out, trusted = [], []
-    for rule in rules:
-        if rule.established:
-            out.append(rule)
-            continue
-        if trust:
-            trusted.append(rule.name)
-            out.append(dataclasses.replace(rule, proof="unverified", established=TRUSTED))
-            continue
-        status, reason = judge(rule)
-        if status == "refused":
-            log.warning("refused rule %s (%s): %s", rule.name, rule.where, reason)
-            if refused is not None:
-                refused.append(Refusal(rule.name, rule.where, reason))
-            continue
-        log.info("rule %s %s (%s)", rule.name, status, reason)
-        out.append(dataclasses.replace(rule, proof=status, established=status))
+    rules are left out, with a warning, and appended to ``refused`` as :class:`Refusal`. Checking
+    stops at ``deadline`` (``time.perf_counter()``): the rules left are not used, each appended
+    to ``refused``, and one warning says how many. ``progress`` shows a bar."""
+    out, trusted, late = [], [], []
+    pending = [r for r in rules if not r.established and not trust]
+    bar = _bar(len(pending)) if progress and pending else None
+    try:
+        for rule in rules:
+            if rule.established:
+                out.append(rule)
+                continue
+            if trust:
+                trusted.append(rule.name)
+                out.append(dataclasses.replace(rule, proof="unverified", established=TRUSTED))
+                continue
+            if deadline is not None and time.perf_counter() > deadline:
+                late.append(rule)
+                continue
+            with _signals_between_rules():
+                status, reason = judge(rule)
+            if bar is not None:
+                bar.update()
+            _admit_one(rule, status, reason, out, refused)
+    finally:
+        if bar is not None:
+            bar.close()
+    if late:
+        log.warning("%d of %d rule(s) not checked within the time limit: not used (raise --time-limit)",
+                    len(late), len(pending))
+        if refused is not None:
+            refused.extend(Refusal(r.name, r.where, "not checked within the time limit") for r in late)
     if trusted:
         log.warning("%d rule(s) used unchecked, trusted as written: %s", len(trusted), ", ".join(trusted))
     return out
+
+
+@contextlib.contextmanager
+def _signals_between_rules():
+    """SIGINT and SIGTERM held while one rule is proved or checked, and acted on right after:
+    raised inside Z3 (in one of its finalizers, say) an interrupt was swallowed and the process
+    went on checking. The previous handler is restored, then called with the signal held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in _SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            handler = previous[caught[0]]
+            if callable(handler):
+                handler(caught[0], None)
+            elif caught[0] == signal.SIGINT:
+                raise KeyboardInterrupt
+            else:
+                signal.raise_signal(caught[0])
+
+
+def _bar(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc="tvm-taso checking rules", unit="rule", leave=False)
+
+
+def _admit_one(rule: Rule, status: str, reason: str, out: list, refused: list | None) -> None:
+    """``rule`` (judged ``status`` for ``reason``) added to ``out``, or to ``refused``."""
+    if status == "refused":
+        log.warning("refused rule %s (%s): %s", rule.name, rule.where, reason)
+        if refused is not None:
+            refused.append(Refusal(rule.name, rule.where, reason))
+        return
+    log.info("rule %s %s (%s)", rule.name, status, reason)
+    out.append(dataclasses.replace(rule, proof=status, established=status))
 
 
 def judge(rule: Rule) -> tuple[str, str]:
