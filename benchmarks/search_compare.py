@@ -7,9 +7,7 @@ searched, spliced and their weights folded; not reading the module in, folding w
 afterwards nor writing it back, which both searches pay alike), their median and quartiles, the
 estimated cost each finds, the e-graph's size, why saturation stopped and the extraction time.
 Ratios to TENSAT's published
-search times are labelled as published (other hardware: TENSAT's own machine, not this one);
-ratios to ``ISSUE_BACKTRACK`` compare with backtracking as measured on this machine when the
-eqsat issue was filed (full sizes), before the region and matching changes that also sped it up.
+search times are labelled as published (other hardware: TENSAT's own machine, not this one).
 
     python -m benchmarks.search_compare --quick     # tiny models: results/search_compare_quick.json
     python -m benchmarks.search_compare             # full sizes: results/search_compare_full.json
@@ -36,9 +34,6 @@ RESULTS = Path(__file__).parent / "results"
 # TENSAT's published search times (seconds; Yang et al., MLSys 2021), on their hardware.
 TENSAT_PUBLISHED = {"bert-base": 1.4, "resnext50": 0.7, "nasnet-a": 10.6, "nasrnn": 0.5, "inception-v3": 5.1,
                     "squeezenet1.1": 0.3, "vgg19": 0.4}
-# Backtracking's search times on this machine (full sizes, seconds) as the eqsat issue quotes them.
-ISSUE_BACKTRACK = {"squeezenet1.1": 0.75, "vgg19": 2.4, "nasnet-a": 20.6, "nasrnn": 23.3, "bert-base": 8.5,
-                   "inception-v3": 41.6, "resnext50": 9.9}
 SEARCHES = ("backtrack", "eqsat")
 
 
@@ -78,8 +73,6 @@ def compare(name: str, quick: bool, time_limit: float, target: str, repeats: int
     if name in TENSAT_PUBLISHED:
         row["tensat_published_seconds"] = TENSAT_PUBLISHED[name]
         row["eqsat_vs_tensat_published"] = e_s / TENSAT_PUBLISHED[name]
-    if not quick and name in ISSUE_BACKTRACK:
-        row["eqsat_speedup_vs_issue_backtrack"] = ISSUE_BACKTRACK[name] / e_s if e_s else None
     return row
 
 
@@ -97,9 +90,6 @@ def summary(rows: list[dict]) -> dict:
             "median_tensat_published_seconds": statistics.median(TENSAT_PUBLISHED[r["model"]] for r in published),
             "median_ratio_to_tensat_published": statistics.median(r["eqsat_vs_tensat_published"] for r in published),
         })
-    issue = {r["model"]: r["eqsat_speedup_vs_issue_backtrack"] for r in rows if "eqsat_speedup_vs_issue_backtrack" in r}
-    if issue:
-        out["eqsat_speedup_vs_issue_backtrack"] = issue
     return out
 
 
