@@ -321,3 +321,41 @@ def test_a_fold_that_overflows_half_precision_is_not_applied():
     got = ort.InferenceSession(new.proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.isfinite(got).all() and np.allclose(got, want, rtol=1e-2)
+
+
+def test_the_torch_frontends_linear_layers_merge_and_keep_their_values():
+    """TVM's PyTorch frontend writes ``matmul(x, W.T, out_dtype="float32")`` where the ONNX one
+    leaves the dtype out: the rules (written with the default) saw no matmul to merge, and a
+    torch.export'ed BERT got no Q/K/V merge. An ``out_dtype`` that is the operands' own is the
+    default now."""
+    torch = pytest.importorskip("torch")
+    from tvm_taso import runtime
+
+    class Projections(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(D, D) for _ in range(3))
+
+        def forward(self, x):
+            return self.q(x) + self.k(x) * self.v(x)
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 16, D)
+    mod = tvm_taso.from_torch(Projections(), (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new, report = tvm_taso.optimize(mod, target="cuda", cost_model="analytic")
+    assert report["applied"].get("merge-matmul-bias-shared-lhs") == 2
+    inputs = [x.numpy()]
+    np.testing.assert_allclose(runtime.run(new, inputs)[0], runtime.run(mod, inputs)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_from_torch_says_in_one_line_what_it_cannot_take():
+    torch = pytest.importorskip("torch")
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x[x > 0].sum() if x.sum() > 0 else x  # control flow on values: no export
+
+    with pytest.raises(tvm_taso.InputError, match="torch.export could not export DataDependent"):
+        tvm_taso.from_torch(DataDependent(), (torch.randn(4),))

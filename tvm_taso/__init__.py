@@ -3,6 +3,7 @@
 >>> import tvm_taso
 >>> new_mod, report = tvm_taso.optimize(mod, target="cuda")      # a Relax IRModule
 >>> model, report = tvm_taso.optimize(tvm_taso.load_onnx("m.onnx"), target="cuda")  # ONNX stays ONNX
+>>> new_mod, report = tvm_taso.optimize(tvm_taso.from_torch(module, (x,)), target="cuda")  # PyTorch
 >>> ex = tvm.compile(mod, target, relax_pipeline=relax.get_pipeline("taso"))
 """
 
@@ -10,6 +11,7 @@ from .cost import AnalyticCost, CostModel, Kernel, kernels
 from .io.onnx_export import ExportError
 from .io.onnx_import import InputError
 from .io.onnx_model import OnnxModel, export_onnx, load_onnx
+from .io.torch_import import from_torch
 from .optimize import TasoSkippedWarning, optimize
 from .rewrite.rule import Rule, RuleSyntaxError, default_rules, parse_rules
 from .verify.admit import load_rules

@@ -755,12 +755,16 @@ def read_call(call) -> tuple[OpSpec, list, dict]:
 
 
 def canonical_attrs(op: str, types: list[TensorType], attrs: dict) -> dict:
-    """``attrs`` with axes made non-negative (``axis=-1`` of a rank-3 tensor is ``axis=2``), so
-    that rules and hashing see one spelling."""
+    """``attrs`` with axes made non-negative (``axis=-1`` of a rank-3 tensor is ``axis=2``) and an
+    ``out_dtype`` that is the operands' own dtype made the default (TVM's PyTorch frontend spells
+    ``matmul(..., out_dtype="float32")`` where the ONNX one leaves it out), so that rules and
+    hashing see one spelling."""
     if not types or op not in OPS:
         return attrs
     rank = len(types[0].shape)
     out = dict(attrs)
+    if out.get("out_dtype") is not None and str(out["out_dtype"]) in ("", str(np.dtype(types[0].dtype))):
+        out["out_dtype"] = None
     for name in ("axis", "axes"):
         value = out.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
