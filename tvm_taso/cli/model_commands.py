@@ -180,7 +180,7 @@ def _rules(args):
     try:
         return tvm_taso.load_rules(args.rules)
     except RuleSyntaxError as err:  # bad input: exit 2, one line
-        raise InputError(str(err)) from None
+        raise InputError(f"--rules: {err}") from None
 
 
 def _cost_model(name: str, target):

@@ -561,7 +561,7 @@ def read_rules(path: str | Path) -> list[Rule]:
     try:
         data = read_regular_file(path, MAX_RULE_FILE_BYTES, "a rule file")
     except InputFileError as err:
-        raise RuleSyntaxError(f"{err} (--rules)") from None
+        raise RuleSyntaxError(f"cannot read rule file {err}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -16,7 +16,6 @@ Results are cached per rule text, so a rule is judged once per process.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import signal
 import threading
@@ -60,22 +59,23 @@ def admit(rules, trust: bool = False, refused: list | None = None, deadline: flo
     pending = [r for r in rules if not r.established and not trust]
     bar = _bar(len(pending)) if progress and pending else None
     try:
-        for rule in rules:
-            if rule.established:
-                out.append(rule)
-                continue
-            if trust:
-                trusted.append(rule.name)
-                out.append(dataclasses.replace(rule, proof="unverified", established=TRUSTED))
-                continue
-            if deadline is not None and time.perf_counter() > deadline:
-                late.append(rule)
-                continue
-            with _signals_between_rules():
+        with _SignalsBetweenRules() as signals:
+            for rule in rules:
+                if rule.established:
+                    out.append(rule)
+                    continue
+                if trust:
+                    trusted.append(rule.name)
+                    out.append(dataclasses.replace(rule, proof="unverified", established=TRUSTED))
+                    continue
+                if deadline is not None and time.perf_counter() > deadline:
+                    late.append(rule)
+                    continue
                 status, reason = judge(rule)
-            if bar is not None:
-                bar.update()
-            _admit_one(rule, status, reason, out, refused)
+                signals.act()
+                if bar is not None:
+                    bar.update()
+                _admit_one(rule, status, reason, out, refused)
     finally:
         if bar is not None:
             bar.close()
@@ -89,29 +89,41 @@ def admit(rules, trust: bool = False, refused: list | None = None, deadline: flo
     return out
 
 
-@contextlib.contextmanager
-def _signals_between_rules():
-    """SIGINT and SIGTERM held while one rule is proved or checked, and acted on right after:
-    raised inside Z3 (in one of its finalizers, say) an interrupt was swallowed and the process
-    went on checking. The previous handler is restored, then called with the signal held."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in _SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
+class _SignalsBetweenRules:
+    """SIGINT and SIGTERM held while rules are proved or checked, and acted on between two rules
+    (:meth:`act`) and at the end: raised inside Z3 (in one of its finalizers, which the garbage
+    collector runs at any moment) an interrupt was swallowed and the process went on checking.
+    Acting restores the previous handlers and calls the one for the signal."""
+
+    def __enter__(self):
+        self.caught: list[int] = []
+        self.previous = {}
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, lambda signum, frame: self.caught.append(signum))
+                             for sig in _SIGNALS}
+        return self
+
+    def act(self) -> None:
+        if not self.caught:
+            return
+        self._restore()
+        sig = self.caught[0]
+        handler = self.previous[sig]
+        if callable(handler):
+            handler(sig, None)
+        elif sig == signal.SIGINT:
+            raise KeyboardInterrupt
+        else:
+            signal.raise_signal(sig)
+
+    def _restore(self) -> None:
+        for sig, handler in self.previous.items():
             signal.signal(sig, handler)
-        if caught:
-            handler = previous[caught[0]]
-            if callable(handler):
-                handler(caught[0], None)
-            elif caught[0] == signal.SIGINT:
-                raise KeyboardInterrupt
-            else:
-                signal.raise_signal(caught[0])
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+        if exc[0] is None:
+            self.act()
 
 
 def _bar(total: int):

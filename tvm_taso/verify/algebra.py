@@ -265,6 +265,10 @@ class Z3Algebra:
             import z3
         except ImportError:  # pragma: no cover - depends on the install
             raise VerifierUnavailable("the verifier needs z3: install it with pip install 'tvm-taso[verify]'") from None
+        # Z3 takes SIGINT for itself while it solves (it cancels the check, which then answers
+        # "unknown"), so a user's Ctrl-C during a proof was swallowed: leave it to Python, which
+        # raises KeyboardInterrupt once the check returns (within the rule's budget)
+        z3.set_param("ctrl_c", False)
         self.z3 = z3
         self.ctx = z3.main_ctx()  # where the axioms and rules are built (the prover copies them)
         self.T = z3.DeclareSort("T")
