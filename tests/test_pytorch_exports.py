@@ -359,3 +359,32 @@ def test_from_torch_says_in_one_line_what_it_cannot_take():
 
     with pytest.raises(tvm_taso.InputError, match="torch.export could not export DataDependent"):
         tvm_taso.from_torch(DataDependent(), (torch.randn(4),))
+
+
+def test_check_accepts_an_output_computed_more_exactly_than_the_original():
+    """``y = x·A + x·B - x·(A+B)`` is zero; float32 makes it rounding noise, and the rewrite
+    (x·A + x·B into x·(A+B)) makes it exactly zero: a relative error of 1 against the original,
+    which --check failed. The original's own rounding noise on an output is allowed; a wrong
+    model still fails."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((D, D)).astype(np.float32) for _ in range(2))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "a"], ["xa"]), helper.make_node("MatMul", ["x", "b"], ["xb"]),
+         helper.make_node("MatMul", ["x", "ab"], ["xab"]), helper.make_node("Add", ["xa", "xb"], ["s"]),
+         helper.make_node("Sub", ["s", "xab"], ["y"])], "cancel",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, D])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, D])],
+        [numpy_helper.from_array(a, "a"), numpy_helper.from_array(b, "b"), numpy_helper.from_array(a + b, "ab")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exact = onnx.ModelProto()
+    exact.CopyFrom(model)
+    exact.graph.node[0].input[1] = "ab"  # x·(A+B) + 0 - x·(A+B): zero as exactly as float32 gets
+    exact.graph.node[1].input[1] = "zero"
+    exact.graph.initializer.append(numpy_helper.from_array(np.zeros((D, D), np.float32), "zero"))
+    original = tvm_taso.load_onnx(model)
+    result = check_onnx(original, original.with_proto(exact))
+    assert result["max_relative_error"] > 1e-4 and result["ok"], result["outputs"]
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(exact)
+    wrong.graph.node[4].input[1] = "xb"  # x·(A+B) + 0 - 0: not zero
+    assert not check_onnx(original, original.with_proto(wrong))["ok"]
