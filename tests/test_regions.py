@@ -187,3 +187,25 @@ def test_an_onnx_region_that_cannot_be_written_back_is_dropped(monkeypatch):
     assert report["regions_dropped"]
     assert not any(n.op_type == "Split" for n in new.proto.graph.node)
     onnx.checker.check_model(new.proto)
+
+
+def test_an_internal_failure_on_the_onnx_path_keeps_the_model_with_a_warning(monkeypatch):
+    """The ONNX path gets the pass's promise: whatever fails inside the search, the model is
+    given back as it was, with a warning naming the error; never an exception."""
+    import warnings
+
+    import tvm_taso
+    from tvm_taso.optimize import TasoSkippedWarning
+    from tvm_taso.search import backtrack
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in a region search")
+
+    monkeypatch.setattr(backtrack, "search_region", broken)
+    model = tvm_taso.load_onnx(DATA / "googlenet_reduced.onnx")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        new, report = tvm_taso.optimize(model, target="cuda", cost_model="analytic")
+    assert new.proto is model.proto and report["applied"] == {}
+    assert any(issubclass(w.category, TasoSkippedWarning) and "a bug in a region search" in str(w.message)
+               for w in said)
