@@ -457,7 +457,7 @@ def test_an_interrupted_search_clears_its_progress_bar_first(monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(driver, "_progress_bar", lambda mod: Bar())
+    monkeypatch.setattr(driver, "progress_bar", lambda desc, unit, total=None: Bar())
     monkeypatch.setattr(driver, "_optimize_module", interrupted)
     with pytest.raises(KeyboardInterrupt):
         driver.optimize(examples.EXAMPLES["qkv"](), target="llvm", cost_model="analytic", progress=True)

@@ -28,10 +28,11 @@ class InputFileError(ValueError):
     """An input path that is not a regular file tvm-taso can read; the message names it."""
 
 
-def read_regular_file(path: Path, limit: int, what: str) -> bytes:
+def read_regular_file(path: Path, limit: int, what: str, too_large: str = "") -> bytes:
     """The bytes of ``path``, refusing (:class:`InputFileError`, one line) anything but a regular
     file of at most ``limit`` bytes: ``/dev/zero`` would be read until memory runs out and a
-    FIFO would block forever. ``what`` names the file's kind in messages ("an ONNX file")."""
+    FIFO would block forever. ``what`` names the file's kind in messages ("an ONNX file");
+    ``too_large`` is said after the size when the file is over it (what to do instead)."""
     if not path.exists():
         raise InputFileError(f"{path}: no such file")
     if path.is_dir():
@@ -45,11 +46,19 @@ def read_regular_file(path: Path, limit: int, what: str) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise InputFileError(f"{path}: not a regular file (a device, FIFO or socket); give {what}")
         if st.st_size > limit:
-            raise InputFileError(f"{path}: {st.st_size} bytes, over the {limit} bytes {what} may hold")
+            raise InputFileError(f"{path}: {st.st_size} bytes, over the {_size(limit)} {what} may hold{too_large}")
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise InputFileError(f"{path}: grew past the {limit} bytes {what} may hold while being read")
+        raise InputFileError(f"{path}: grew past the {_size(limit)} {what} may hold while being read")
     return data
+
+
+def _size(n: int) -> str:
+    """``n`` bytes as people write it: 2 GiB, 16 MiB, else bytes."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} bytes"
 
 
 def cache_dir() -> Path:

@@ -25,6 +25,7 @@ from tvm_taso.io.onnx_search import guard_onnx, optimize_onnx
 from tvm_taso.ir.graph import fold_constants
 from tvm_taso.ir.ops import OpError
 from tvm_taso.ir.relax_bridge import BlockGraph, foreign_function
+from tvm_taso.progress import progress_bar
 from tvm_taso.rewrite.rule import Rule, default_rules
 from tvm_taso.search.backtrack import SearchStats
 from tvm_taso.search import check_search, search
@@ -132,7 +133,7 @@ def optimize(
     skipped: Counter = Counter()
     cost_before = cost_after = 0.0
     folded = 0
-    bar = _progress_bar(mod) if progress else None
+    bar = progress_bar("tvm-taso search", "region") if progress else None
     extra = {}
     try:
         if isinstance(mod, OnnxModel):
@@ -395,11 +396,3 @@ def _with_function(mod: tvm.IRModule, gvar, func) -> tvm.IRModule:
     new = mod.clone()
     new.update_func(gvar, func)
     return new
-
-
-def _progress_bar(mod):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(desc="tvm-taso search", unit="region", leave=False)

@@ -240,12 +240,13 @@ def cmd_optimize(args) -> int:
 
     _check_options(args)
     target = _target(args.target)
-    _check_outputs(args, **{"-o": args.output, "--report": args.report, "--html": args.html})
+    paths = {"-o": args.output, "--report": args.report, "--html": args.html}
+    _check_outputs(args, **paths)
     shapes, rules = _shapes(args), _rules(args)  # bad input before any work
     _quiet_skips()
     data_files: list[Path] = []
     proto, name = read_model(args.input, data_files=data_files)
-    _check_not_input_data({"-o": args.output, "--report": args.report, "--html": args.html}, data_files)
+    _check_not_input_data(paths, data_files)
     _step(f"reading {name}")
     model = tvm_taso.load_onnx(proto, shapes=shapes, name=name, simplify=args.simplify)
     _step(f"searching ({len(rules)} rules, time limit {args.time_limit:g} s)")

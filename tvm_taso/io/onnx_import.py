@@ -73,11 +73,8 @@ def _external_locations(graph) -> set[str]:
 
 def _read_regular_file(path: Path) -> bytes:
     """The bytes of ``path``: a regular file within protobuf's 2 GiB (InputError otherwise)."""
-    if path.is_file() and path.stat().st_size > MAX_MODEL_BYTES:
-        raise InputError(f"{path}: {path.stat().st_size} bytes, over the 2 GiB an ONNX file can hold "
-                         "(keep large weights as external data)")
     try:
-        return read_regular_file(path, MAX_MODEL_BYTES, "an ONNX file")
+        return read_regular_file(path, MAX_MODEL_BYTES, "an ONNX file", " (keep large weights as external data)")
     except InputFileError as err:
         raise InputError(str(err)) from None
 

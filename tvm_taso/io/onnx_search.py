@@ -45,12 +45,10 @@ def optimize_onnx(model: OnnxModel, rules, cost, alpha, budget, deadline, region
                    accept=bridge.write if checked else None)
         folded = fold_constants(g)
         c1 = cost.cost(g)
-        facts = {"priced_dims": dict(model.dims), "rejected_rewrites": rejected,
-                 "kernels_before": kernel_count(g0), "kernels_after": kernel_count(g)}
+        facts = {"priced_dims": dict(model.dims), "rejected_rewrites": rejected}
         if not c1 < c0 * (1.0 - min_gain) or g.structural_hash() == g0.structural_hash():
             stats.absorb(bstats, kept=False)
-            facts["kernels_after"] = facts["kernels_before"]
-            return _done(model, bridge, skipped, c0, c0, 0, facts, model.proto)
+            return _done(model, bridge, skipped, c0, c0, 0, facts, model.proto, g0)
         try:
             proto = bridge.write(g)
         except RewriteRejected as err:
@@ -71,17 +69,19 @@ def optimize_onnx(model: OnnxModel, rules, cost, alpha, budget, deadline, region
             checked = True
             continue
         stats.absorb(bstats, kept=True)
-        return _done(model, bridge, skipped, c0, c1, folded, facts, proto)
+        return _done(model, bridge, skipped, c0, c1, folded, facts, proto, g)
     skipped["rewrites left out: none could be written as ONNX"] += 1
     bridge = OnnxGraph(model)
     c0 = cost.cost(bridge.graph)
-    kernels = kernel_count(bridge.graph)
-    return _done(model, bridge, skipped, c0, c0, 0, {"priced_dims": dict(model.dims), "rejected_rewrites": rejected,
-                                                      "kernels_before": kernels, "kernels_after": kernels}, model.proto)
+    return _done(model, bridge, skipped, c0, c0, 0, {"priced_dims": dict(model.dims), "rejected_rewrites": rejected},
+                 model.proto, bridge.graph)
 
 
-def _done(model, bridge, skipped, before, after, folded, facts, proto):
+def _done(model, bridge, skipped, before, after, folded, facts, proto, graph):
+    """The result tuple of :func:`optimize_onnx`, ``graph`` the one written (the kernels it
+    launches, against the bridge's original graph, go in the facts)."""
     skipped.update(bridge.skipped)
+    facts["kernels_before"], facts["kernels_after"] = kernel_count(bridge.graph), kernel_count(graph)
     if facts["rejected_rewrites"]:
         skipped["rewrites not applied: they would fix a symbolic size or have no ONNX form"] += len(
             facts["rejected_rewrites"])

@@ -68,9 +68,10 @@ class Graph:
             self._derived[name] = compute(self)
         return self._derived[name]
 
-    def _insert(self, node: Node) -> int:
-        nid = self._next
-        self._next += 1
+    def _insert(self, node: Node, nid: int | None = None) -> int:
+        if nid is None:
+            nid = self._next
+            self._next += 1
         self.nodes[nid] = node
         if node.op not in LEAVES and node.op != "opaque":
             self._index.setdefault(node.key(), nid)
@@ -94,10 +95,7 @@ class Graph:
         was, so that what is written back from the graph knows it as the same node."""
         if nid in self.nodes or nid >= self._next:
             raise ValueError(f"node id {nid} is taken or was never given")
-        self.nodes[nid] = Node(op, inputs, attrs, types)
-        self._index.setdefault((op, inputs, attrs), nid)
-        self._derived = {}
-        return nid
+        return self._insert(Node(op, inputs, attrs, types), nid)
 
     def rewire(self, nid: int, inputs: tuple[Ref, ...]) -> None:
         """Node ``nid`` reads ``inputs`` instead (in place: the same id, op, attributes, types and

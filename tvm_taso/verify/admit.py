@@ -23,6 +23,7 @@ import time
 import logging
 from pathlib import Path
 
+from tvm_taso.progress import progress_bar
 from tvm_taso.rewrite.rule import TRUSTED, Rule, read_rules
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -57,7 +58,7 @@ def admit(rules, trust: bool = False, refused: list | None = None, deadline: flo
     to ``refused``, and one warning says how many. ``progress`` shows a bar."""
     out, trusted, late = [], [], []
     pending = [r for r in rules if not r.established and not trust]
-    bar = _bar(len(pending)) if progress and pending else None
+    bar = progress_bar("tvm-taso checking rules", "rule", len(pending)) if progress and pending else None
     try:
         with _SignalsBetweenRules() as signals:
             for rule in rules:
@@ -124,14 +125,6 @@ class _SignalsBetweenRules:
         self._restore()
         if exc[0] is None:
             self.act()
-
-
-def _bar(total: int):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc="tvm-taso checking rules", unit="rule", leave=False)
 
 
 def _admit_one(rule: Rule, status: str, reason: str, out: list, refused: list | None) -> None:

@@ -22,10 +22,10 @@ verdict does not depend on what else the file holds, in which order, or on the m
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass, field
 
+from tvm_taso.progress import progress_bar
 from tvm_taso.rewrite.rule import Rule
 from tvm_taso.verify import soundness
 from tvm_taso.verify.algebra import VerifierUnavailable, Z3Algebra
@@ -188,7 +188,7 @@ def verify_rules(rules: list[Rule], timeout: float = 10.0, progress: bool = Fals
     if not z3_available():
         raise VerifierUnavailable(f"the verifier needs z3: {INSTALL_HINT}")
     soundness.ensure_checked()
-    bar = _bar(len(rules), progress)
+    bar = progress_bar("verifying", "rule", len(rules)) if progress else None
     try:
         if (jobs > 1 or isolate) and rules:
             out = _run_workers(rules, timeout, max(1, jobs), time_limit, bar)
@@ -293,16 +293,6 @@ def _run_workers(rules, timeout, jobs, time_limit, bar) -> list:
                     pass
             stop(w)
     return out
-
-
-def _bar(total: int, progress: bool):
-    if not progress:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        return None
-    return tqdm(total=total, desc="verifying", unit="rule", file=sys.stderr, leave=False)
 
 
 def _tick(bar, res: VerifyResult) -> None:
