@@ -1,7 +1,7 @@
 """Where equality saturation loses to backtracking, and why: region by region.
 
 For each region of each model's dataflow blocks (the first pass's regions,
-:func:`tvm_taso.search.backtrack.regions`), under one cost model (analytic, priced for cuda):
+:func:`tvm_taso.search.regions.regions`), under one cost model (analytic, priced for cuda):
 backtracking's graph and cost, eqsat's cost straight out of extraction and after its refinement
 (the region search ``search="eqsat"`` runs), and whether backtracking's graph is in the saturated
 e-graph. A region eqsat loses is then either *not saturated far enough* (some of backtracking's
@@ -24,15 +24,14 @@ from pathlib import Path
 from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.ir.graph import LEAVES, Graph
 from tvm_taso.rewrite.rule import default_rules
-from tvm_taso.search import backtrack, eqsat
-from tvm_taso.search.backtrack import SearchStats
+from tvm_taso.search import EqsatLimits, SearchOptions, SearchStats, backtrack, eqsat, regions
 from tvm_taso.search.egraph import EGraph, EGraphView
 from tvm_taso.search.extract import Extractor
 
 from .cli import block_graphs, chosen_models, write_result
 
 RESULTS = Path(__file__).parent / "results"
-REGION_SIZE = 32  # optimize()'s default
+REGION_SIZE = SearchOptions().region_size
 SECONDS_PER_SEARCH = 60.0
 
 
@@ -71,8 +70,10 @@ def region_row(sub: Graph, region: eqsat.EqsatRegion) -> dict:
     rules, cost, limits = region.rules, region.cost, region.limits
     start = cost.cost(sub)
     t0 = time.perf_counter()
-    bt_graph, bt_cost, bt_path = backtrack.search_region(sub, rules, cost, 1.05, 200,
-                                                         time.perf_counter() + SECONDS_PER_SEARCH, SearchStats())
+    options = SearchOptions()
+    bt_graph, bt_cost, bt_path = backtrack.search_region(sub, rules, cost, time.perf_counter() + SECONDS_PER_SEARCH,
+                                                         SearchStats(), alpha=options.alpha, budget=options.budget,
+                                                         patience=options.patience)
     bt_seconds = time.perf_counter() - t0
     # the region search as search="eqsat" runs it (extraction, then refinement)
     t0 = time.perf_counter()
@@ -86,14 +87,15 @@ def region_row(sub: Graph, region: eqsat.EqsatRegion) -> dict:
     why, rounds = eqsat.saturate(eg, region.rule_set, limits, time.perf_counter() + SECONDS_PER_SEARCH,
                                  creator, original, sites)
     view = eg.view
-    found = Extractor(eg, view, sub, roots, cost, creator, original, region.kernel_memo, sites).run(
+    found = Extractor(eg, view, sub, roots, cost, creator=creator, original=original,
+                      kernel_memo=region.kernel_memo, sites=sites).run(
         time.perf_counter() + SECONDS_PER_SEARCH, limits.ilp, limits.improve_tries, limits.search_tries)
     missing = missing_enodes(eg, view, bt_graph)
     row = {
         "ops": backtrack.runtime_ops(sub), "cost_before": start,
         "backtrack": {"cost": bt_cost, "seconds": bt_seconds, "rules": list(bt_path)},
         "eqsat": {"cost": eq_cost, "extracted_cost": found.cost, "seconds": eq_seconds, "rules": list(eq_path),
-                  "egraph_nodes": view.size, "stopped": why, "rounds": rounds},
+                  "egraph_nodes": view.size, "stopped": why.value, "rounds": rounds},
         "backtrack_ops": sum(n.op not in LEAVES for n in bt_graph.nodes.values()),
         "backtrack_ops_missing_from_egraph": missing,
     }
@@ -105,8 +107,8 @@ def region_row(sub: Graph, region: eqsat.EqsatRegion) -> dict:
 def model_rows(name: str, quick: bool, region: eqsat.EqsatRegion) -> list[dict]:
     rows = []
     for k, g in block_graphs(name, quick):
-        for r, ids in enumerate(backtrack.regions(g, REGION_SIZE)):
-            sub = backtrack.extract(g, ids).sub
+        for r, ids in enumerate(regions.regions(g, REGION_SIZE)):
+            sub = regions.extract(g, ids).sub
             if backtrack.runtime_ops(sub) == 0:
                 continue
             rows.append({"block": k, "region": r, **region_row(sub, region)})
@@ -148,7 +150,7 @@ def main(argv=None) -> int:
     output = args.output or str(RESULTS / f"eqsat_gap_{sizes}{'_search' if args.search_tries else ''}.json")
     names = chosen_models(parser, args.only)
     region = eqsat.EqsatRegion(default_rules(), make_cost_model("analytic", args.target),
-                               eqsat.EqsatLimits(search_tries=args.search_tries))
+                               SearchOptions(kind="eqsat", eqsat=EqsatLimits(search_tries=args.search_tries)))
     models = {}
     for name in tqdm(names, desc="eqsat_gap", unit="model"):
         models[name] = model_rows(name, args.quick, region)

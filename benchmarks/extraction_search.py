@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.rewrite.rule import default_rules
-from tvm_taso.search import eqsat, search
+from tvm_taso.search import EqsatLimits, SearchOptions, eqsat, search
 
 from .cli import block_graphs, chosen_models, write_result
 
@@ -30,7 +30,7 @@ def run_search(gs: list, rules, cost, kind: str, limits: eqsat.EqsatLimits | Non
     seconds = total = 0.0
     for g in gs:
         t0 = time.perf_counter()
-        new = search(g, rules, cost, time_limit=time_limit, kind=kind, limits=limits)
+        new = search(g, rules, cost, SearchOptions(time_limit=time_limit, kind=kind, eqsat=limits or EqsatLimits()))
         seconds += time.perf_counter() - t0
         total += cost.cost(new)
     return seconds, total

@@ -6,7 +6,7 @@
 
 1. **Kernels.** For each benchmark model (:mod:`benchmarks.models`; default all eight, at their
    quick sizes, ``--full`` for the real ones) the distinct kernels a search over it prices
-   (:func:`tvm_taso.cost.training.search_kernels`, the analytic model steering, bounded by
+   (:func:`tvm_taso.driver.kernels.search_kernels`, the analytic model steering, bounded by
    ``--search-budget`` graphs per region so that a rerun finds the same kernels;
    ``--search-seconds`` is a safety bound, reported when reached): the model's own kernels
    first, then its candidates' in a seeded random order (``--seed``).
@@ -59,10 +59,10 @@ from tvm_taso.cost.training import (
     median_rel_error,
     model_kernels,
     score_split,
-    search_kernels,
     spearman,
     train,
 )
+from tvm_taso.driver.kernels import search_kernels
 from tvm_taso.files import write_text_atomically
 from tvm_taso.io.onnx_import import import_relax
 

@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if not args.verbose:
         logging.getLogger("tvm_taso").setLevel(logging.WARNING)
-        logging.getLogger("tvm_taso.optimize").setLevel(logging.INFO)  # the guard's verdict
+        logging.getLogger("tvm_taso.guard").setLevel(logging.INFO)  # the guard's verdict
 
     if args.render is not None:
         result = json.loads(args.render.read_text())

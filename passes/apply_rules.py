@@ -11,7 +11,7 @@ from tvm import relax
 
 from tvm_taso.ir.ops import OpError
 from tvm_taso.ir.relax_bridge import foreign_function, symbolic_shape
-from tvm_taso.optimize import TasoSkippedWarning
+from tvm_taso.driver import TasoSkippedWarning
 from tvm_taso.verify.admit import admit
 from tvm_taso.rewrite import dpl
 from tvm_taso.rewrite.rule import Rule, default_rules

@@ -13,7 +13,7 @@ class TasoOptimize:
     TASO's backtracking search) with the rule library; the cheapest graph under the cost model
     replaces each block, and weight-only subexpressions are folded to constants. Code the
     optimizer does not understand (unknown ops, symbolic shapes, non-dataflow blocks) is left
-    as it was, with one :class:`~tvm_taso.optimize.TasoSkippedWarning` naming it; an internal
+    as it was, with one :class:`~tvm_taso.driver.TasoSkippedWarning` naming it; an internal
     failure keeps the original function, so the pass never fails a pipeline.
 
     Parameters
@@ -38,43 +38,23 @@ class TasoOptimize:
     The report of the last run is kept in ``last_report`` (JSON-serializable dict).
     """
 
-    def __init__(self, target=None, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0, guard=False,
-                 region_size=32, min_gain=1e-6, search="backtrack"):
+    def __init__(self, target=None, *, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0,
+                 guard=False, region_size=32, min_gain=1e-6, search="backtrack"):
         from tvm_taso import target as targets
-        from tvm_taso.search.options import validate
+        from tvm_taso.search import SearchOptions, check_search
 
-        from tvm_taso.search import check_search
-
-        validate(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size, min_gain=min_gain)
+        self.options = SearchOptions(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size,
+                                     min_gain=min_gain, kind=search)
         check_search(search)
-        self.search = search
-        if target is not None:
-            targets.parse(target)
-        self.target = target
-        self.region_size = region_size
-        self.min_gain = min_gain
+        self.target = targets.resolve(target) if target is not None else None
         self.rules = rules
         self.cost_model = cost_model
-        self.alpha = alpha
-        self.budget = budget
-        self.time_limit = time_limit
         self.guard = guard
         self.last_report = None
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        from tvm_taso.optimize import optimize
+        from tvm_taso.driver import optimize
 
-        new_mod, self.last_report = optimize(
-            mod,
-            target=self.target,
-            rules=self.rules,
-            cost_model=self.cost_model,
-            alpha=self.alpha,
-            budget=self.budget,
-            time_limit=self.time_limit,
-            guard=self.guard,
-            region_size=self.region_size,
-            min_gain=self.min_gain,
-            search=self.search,
-        )
+        new_mod, self.last_report = optimize(mod, self.target, rules=self.rules, cost_model=self.cost_model,
+                                             guard=self.guard, options=self.options)
         return new_mod

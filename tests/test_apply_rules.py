@@ -99,7 +99,7 @@ def test_a_single_rule_name_is_one_rule_and_anything_else_one_clear_error():
 def test_symbolic_shapes_are_said_not_silently_passed_over():
     from tvm import relax
 
-    from tvm_taso.optimize import TasoSkippedWarning
+    from tvm_taso.driver import TasoSkippedWarning
     from tvm_taso.passes import ApplyRules
 
     n = tvm.tirx.Var("n", "int64")

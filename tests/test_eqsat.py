@@ -23,10 +23,9 @@ from tvm_taso.ir.graph import Graph, fold_constants  # noqa: E402
 from tvm_taso.ir.ops import TensorType  # noqa: E402
 from tvm_taso.ir.relax_bridge import BlockGraph  # noqa: E402
 from tvm_taso.numerics import relative_error  # noqa: E402
-from tvm_taso.rewrite.match import conditions_hold  # noqa: E402
+from tvm_taso.rewrite.semantics import conditions_hold  # noqa: E402
 from tvm_taso.rewrite.rule import Get, default_rules  # noqa: E402
-from tvm_taso.search import backtrack, check_search, egraph, ematch, eqsat, search  # noqa: E402
-from tvm_taso.search.backtrack import SearchStats  # noqa: E402
+from tvm_taso.search import SearchOptions, SearchStats, check_search, egraph, ematch, eqsat, regions, search  # noqa: E402
 from tvm_taso.search.extract import Extractor  # noqa: E402
 
 from test_fuzz import evaluate_graph, random_module  # noqa: E402
@@ -75,7 +74,7 @@ def test_fuzz_graphs_keep_their_outputs(seed):
         pytest.skip(f"fuzz generator made no module for seed {seed}: {err}")
     g = BlockGraph(mod["main"].body.blocks[0], {}).graph
     stats = SearchStats()
-    new = search(g, RULES, COST, time_limit=20.0, stats=stats, kind="eqsat", limits=SMALL)
+    new = search(g, RULES, COST, SearchOptions(time_limit=20.0, kind="eqsat", eqsat=SMALL), stats=stats)
     fold_constants(new)
     assert COST.cost(new) <= COST.cost(g) + 1e-9
     assert stats.engines["eqsat"] >= 1
@@ -86,7 +85,7 @@ def test_fuzz_graphs_keep_their_outputs(seed):
 def test_qkv_relu_matmuls_are_merged():
     g = qkv_relu()
     stats = SearchStats()
-    new = search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat")
+    new = search(g, RULES, COST, SearchOptions(time_limit=60.0, kind="eqsat"), stats=stats)
     assert [n.op for n in new.nodes.values()].count("matmul") == 1
     assert COST.cost(new) < COST.cost(g)
     feeds = _feeds(g)
@@ -97,7 +96,7 @@ def test_egglog_does_not_log_its_commands(caplog):
     """egglog's Rust core logs every command at INFO through Python's logging; an application
     logging at INFO gets tvm-taso's lines, not thousands of egglog's."""
     caplog.set_level(logging.INFO)
-    search(qkv_relu(), RULES, COST, time_limit=60.0, kind="eqsat")
+    search(qkv_relu(), RULES, COST, SearchOptions(time_limit=60.0, kind="eqsat"))
     assert not [r for r in caplog.records if r.name.startswith("egglog")]
 
 
@@ -106,7 +105,7 @@ def test_five_matmuls_of_one_input_become_one():
     one merge per set of matmuls, so it is reached well within the node limit."""
     g = qkv_relu(5)
     stats = SearchStats()
-    new = search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat")
+    new = search(g, RULES, COST, SearchOptions(time_limit=60.0, kind="eqsat"), stats=stats)
     assert [n.op for n in new.nodes.values()].count("matmul") == 1
     assert stats.egraph_nodes < eqsat.EqsatLimits().node_limit
     feeds = _feeds(g)
@@ -234,7 +233,7 @@ def test_symmetric_rules():
 def test_limits_stop_cleanly(limits, time_limit, reason):
     g = qkv_relu()
     stats = SearchStats()
-    region = eqsat.EqsatRegion(RULES, COST, limits)
+    region = eqsat.EqsatRegion(RULES, COST, SearchOptions(kind="eqsat", eqsat=limits))
     best, best_cost, _ = region(g, time.perf_counter() + time_limit, stats)
     assert stats.stopped[reason] == 1, stats.stopped
     assert best_cost <= COST.cost(g)
@@ -266,7 +265,7 @@ def test_refinement_only_lowers_the_cost_and_can_be_turned_off():
     for budget in (0, 4):
         stats = SearchStats()
         limits = eqsat.EqsatLimits(refine_budget=budget)
-        new = search(g, RULES, COST, time_limit=60.0, stats=stats, kind="eqsat", limits=limits)
+        new = search(g, RULES, COST, SearchOptions(time_limit=60.0, kind="eqsat", eqsat=limits), stats=stats)
         costs[budget] = COST.cost(new)
         if budget == 0:
             assert stats.refined == 0 and stats.expanded == 0
@@ -294,11 +293,11 @@ def test_gap_diagnostic_finds_graphs_in_the_egraph():
     creator: dict = {}
     eqsat.saturate(eg, RULE_SET, SMALL, time.perf_counter() + 30, creator, original)
     assert missing_enodes(eg, eg.view, g) == []
-    merged = Extractor(eg, eg.view, g, roots, COST, creator, original, {}).run(time.perf_counter() + 30).graph
+    merged = Extractor(eg, eg.view, g, roots, COST, creator=creator, original=original, kernel_memo={}).run(time.perf_counter() + 30).graph
     assert [n.op for n in merged.nodes.values()].count("matmul") == 1
     assert missing_enodes(eg, eg.view, merged) == []
     assert missing_enodes(eg, eg.view, qkv_relu(activation="sigmoid")) == ["sigmoid"] * 3
-    row = region_row(g, eqsat.EqsatRegion(RULES, COST, SMALL))
+    row = region_row(g, eqsat.EqsatRegion(RULES, COST, SearchOptions(kind="eqsat", eqsat=SMALL)))
     assert row["eqsat"]["cost"] <= row["backtrack"]["cost"] + 1e-9 < row["cost_before"]
     assert "eqsat_loses" not in row and row["eqsat"]["extracted_cost"] >= row["eqsat"]["cost"] - 1e-9
 
@@ -312,13 +311,14 @@ def test_extraction_search_over_rule_applications():
     mod = import_relax(models.build("nasnet-a", quick=True))
     g = BlockGraph(mod["main"].body.blocks[0], Counter()).graph
     gains = {}
-    for k, region in enumerate(backtrack.regions(g, 32)):
-        sub = backtrack.extract(g, region).sub
+    for k, region in enumerate(regions.regions(g, 32)):
+        sub = regions.extract(g, region).sub
         eg = egraph.EGraph()
         roots, original = eqsat._load(eg, sub)
         creator, sites = {}, []
         eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(), time.perf_counter() + 60, creator, original, sites)
-        extract = Extractor(eg, eg.view, sub, roots, COST, creator, original, {}, sites)
+        extract = Extractor(eg, eg.view, sub, roots, COST, creator=creator, original=original, kernel_memo={},
+                            sites=sites)
         local = extract.run(time.perf_counter() + 60)
         searched = extract.run(time.perf_counter() + 60, search_tries=100)
         assert searched.cost <= local.cost + 1e-9
@@ -329,8 +329,8 @@ def test_extraction_search_over_rule_applications():
     k, (gain, sub) = max(gains.items(), key=lambda kv: kv[1][0])
     assert gain > 1.2, gains
     stats = SearchStats()
-    with_search = eqsat.EqsatRegion(RULES, COST, eqsat.EqsatLimits(search_tries=100))(
+    with_search = eqsat.EqsatRegion(RULES, COST, SearchOptions(kind="eqsat", eqsat=eqsat.EqsatLimits(search_tries=100)))(
         sub, time.perf_counter() + 60, stats)
-    without = eqsat.EqsatRegion(RULES, COST)(sub, time.perf_counter() + 60, SearchStats())
+    without = eqsat.EqsatRegion(RULES, COST, SearchOptions(kind="eqsat"))(sub, time.perf_counter() + 60, SearchStats())
     assert with_search[1] <= without[1] + 1e-9
     assert sum(delta for _, delta in stats.curve) == pytest.approx(with_search[1] - COST.cost(sub))

@@ -27,7 +27,8 @@ from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.cost.learned import FEATURE_NAMES, LearnedCost, kernel_features, model_path
 from tvm_taso.cost.measure import MeasuredCost
 from tvm_taso.cost.model import Kernel, kernels
-from tvm_taso.cost.training import evaluate, model_kernels, search_kernels, train
+from tvm_taso.cost.training import evaluate, model_kernels, train
+from tvm_taso.driver.kernels import search_kernels
 from tvm_taso.ir.ops import TensorType
 from tvm_taso.ir.relax_bridge import BlockGraph
 from tvm_taso.target import canonical as canonical_target

@@ -18,7 +18,7 @@ from tvm_taso.ir.relax_bridge import block_graphs
 from tvm_taso.numerics import relative_error
 from tvm_taso.rewrite.rule import default_rules
 from tvm_taso.runtime import flatten
-from tvm_taso.search.backtrack import SearchStats, search
+from tvm_taso.search import SearchOptions, SearchStats, search
 
 
 def _graph(mod):
@@ -63,17 +63,17 @@ def test_the_judge_has_the_last_word_on_each_region():
     g0 = _graph(examples.parallel_matmuls(seq=8, hidden=16))
     cost = AnalyticCost("cuda")
     rules = default_rules()
-    free = search(g0, rules, cost, time_limit=30)
+    free = search(g0, rules, cost, SearchOptions(time_limit=30))
     assert cost.cost(free) < cost.cost(g0)  # the search rewrites this graph
 
     keep, stats = Judge(True), SearchStats()
-    kept = search(g0, rules, cost, time_limit=30, stats=stats, judge=keep)
+    kept = search(g0, rules, cost, SearchOptions(time_limit=30), stats=stats, judge=keep)
     assert keep.calls and kept.structural_hash() == free.structural_hash()
     assert [d["kept"] for d in stats.decisions] == [True] * len(keep.calls)
     assert all(d["rules"] and d["cost_after"] < d["cost_before"] for d in stats.decisions)
 
     drop, stats = Judge(False), SearchStats()
-    dropped = search(g0, rules, cost, time_limit=30, stats=stats, judge=drop)
+    dropped = search(g0, rules, cost, SearchOptions(time_limit=30), stats=stats, judge=drop)
     assert drop.calls and dropped.structural_hash() == g0.structural_hash()
     assert not stats.applied and not stats.rewrites and len(stats.decisions) == len(drop.calls)
     assert sum(delta for _, delta in stats.curve) == pytest.approx(0.0, abs=1e-9)  # gains taken back
@@ -85,7 +85,7 @@ def test_region_guard_times_once_and_remembers(tmp_path):
     db = tmp_path / "regions.jsonl"
     judge = RegionGuard("llvm", repeats=3, min_repeat_ms=5, db=db)
     stats = SearchStats()
-    search(g0, default_rules(), cost, time_limit=30, stats=stats, judge=judge)
+    search(g0, default_rules(), cost, SearchOptions(time_limit=30), stats=stats, judge=judge)
     assert stats.decisions, "the search rewrote no region"
     first = stats.decisions[0]
     assert first["from_database"] is False and first["rounds"] == 3 and first["before_ms"] > 0
@@ -95,7 +95,7 @@ def test_region_guard_times_once_and_remembers(tmp_path):
 
     again = RegionGuard("llvm", repeats=3, min_repeat_ms=5, db=db)
     stats2 = SearchStats()
-    search(g0, default_rules(), cost, time_limit=30, stats=stats2, judge=again)
+    search(g0, default_rules(), cost, SearchOptions(time_limit=30), stats=stats2, judge=again)
     assert again.seconds == 0.0  # nothing measured the second time
     assert [d["from_database"] for d in stats2.decisions] == [True] * len(stats2.decisions)
     assert [d["ratio"] for d in stats2.decisions] == [d["ratio"] for d in stats.decisions]
@@ -114,14 +114,14 @@ def test_a_region_that_does_not_build_is_dropped_and_remembered(tmp_path, monkey
     g0 = _graph(examples.parallel_matmuls(seq=8, hidden=16))
     judge = RegionGuard("llvm", repeats=3, db=MeasurementDB(tmp_path / "r.jsonl"))
     stats = SearchStats()
-    out = search(g0, default_rules(), AnalyticCost("cuda"), time_limit=30, stats=stats, judge=judge)
+    out = search(g0, default_rules(), AnalyticCost("cuda"), SearchOptions(time_limit=30), stats=stats, judge=judge)
     assert out.structural_hash() == g0.structural_hash()
     assert stats.decisions and not any(d["kept"] for d in stats.decisions)
     assert "could not be timed: MeasureError: cannot express this region" in stats.decisions[0]["reason"]
     # the failure is a record: the next run does not try again
     again = RegionGuard("llvm", repeats=3, db=MeasurementDB(tmp_path / "r.jsonl"))
     stats2 = SearchStats()
-    search(g0, default_rules(), AnalyticCost("cuda"), time_limit=30, stats=stats2, judge=again)
+    search(g0, default_rules(), AnalyticCost("cuda"), SearchOptions(time_limit=30), stats=stats2, judge=again)
     assert all(d["from_database"] for d in stats2.decisions)
 
 

@@ -13,7 +13,8 @@ from tvm_taso.io.onnx_bridge import OnnxGraph
 from tvm_taso.io.onnx_model import load_onnx
 from tvm_taso.ir.graph import LEAVES, Graph
 from tvm_taso.ir.ops import TensorType
-from tvm_taso.search.backtrack import SearchStats, _splice_checked, extract, regions
+from tvm_taso.search import SearchStats
+from tvm_taso.search.regions import _splice_checked, extract, regions
 
 DATA = Path(__file__).parent / "data"
 
@@ -125,7 +126,7 @@ def test_a_region_whose_rewrite_closes_a_cycle_is_dropped_with_a_warning(caplog)
     best.outputs = [(halves, 0), (halves, 1)]
     best.prune()
     stats = SearchStats()
-    with caplog.at_level(logging.WARNING, logger="tvm_taso.search.backtrack"):
+    with caplog.at_level(logging.WARNING, logger="tvm_taso.search.regions"):
         assert _splice_checked(g, region, best, stats, ("merge-relus", "merge-relus")) is None
     assert stats.dropped == [{"region": 0, "rules": ["merge-relus"], "reason": "the graph has a cycle"}]
     assert "merge-relus" in caplog.text and "left as it was" in caplog.text
@@ -195,7 +196,7 @@ def test_an_internal_failure_on_the_onnx_path_keeps_the_model_with_a_warning(mon
     import warnings
 
     import tvm_taso
-    from tvm_taso.optimize import TasoSkippedWarning
+    from tvm_taso.driver import TasoSkippedWarning
     from tvm_taso.search import backtrack
 
     def broken(*args, **kwargs):

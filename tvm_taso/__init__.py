@@ -8,11 +8,11 @@
 """
 
 from .cost import AnalyticCost, CostModel, Kernel, kernels
+from .errors import InputError
 from .io.onnx_export import ExportError
-from .io.onnx_import import InputError
 from .io.onnx_model import OnnxModel, export_onnx, load_onnx
 from .io.torch_import import from_torch
-from .optimize import TasoSkippedWarning, optimize
+from .driver import TasoSkippedWarning, optimize
 from .rewrite.rule import Rule, RuleSyntaxError, default_rules, parse_rules
 from .verify.admit import load_rules
 from . import passes

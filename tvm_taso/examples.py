@@ -24,7 +24,7 @@ class _Builder:
     def emit(self, expr):
         return self.bb.emit(expr)
 
-    def conv(self, x, cin, cout, k, stride=1, pad=None, groups=1, bias=False):
+    def conv(self, x, cin, cout, k, stride=1, *, pad=None, groups=1, bias=False):
         kh, kw = (k, k) if isinstance(k, int) else k
         pad = (kh // 2, kw // 2) if pad is None else pad
         y = self.emit(

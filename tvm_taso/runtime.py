@@ -6,7 +6,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_taso.io.onnx_import import InputError
+from tvm_taso.errors import InputError
 
 
 def inputs_for(mod, given: dict | None = None, seed: int = 0) -> list[np.ndarray]:

@@ -30,6 +30,38 @@ def _accepted() -> str:
             "a JSON object such as '{\"kind\": \"llvm\", \"num-cores\": 2}', or a tvm.target.Target")
 
 
+class Target:
+    """A target parsed once (:func:`resolve`): TVM's object, how the user spelled it, and the
+    facts tvm-taso asks of it, each worked out once. Every function of this module takes one."""
+
+    def __init__(self, tvm_target, given=None):
+        self.tvm = tvm_target
+        self.given = given  # as the user gave it (None: the enclosing target or the CPU)
+        self.spelling = str(given) if given is not None else str(tvm_target)
+
+    def __str__(self) -> str:
+        return self.spelling
+
+    def __repr__(self) -> str:
+        return f"Target({self.spelling!r})"
+
+    @functools.cached_property
+    def kind(self) -> str:
+        return self.tvm.kind.name
+
+    @functools.cached_property
+    def canonical(self) -> str:
+        return canonical(self.given if self.given is not None else self.tvm)
+
+
+def resolve(target=None) -> Target:
+    """``target`` (any form :func:`parse` takes) parsed once; ``None`` is the enclosing ``with
+    target:``, else this machine's CPU. Raises :class:`TargetError` as :func:`parse` does."""
+    if isinstance(target, Target):
+        return target
+    return Target(parse(target), target)
+
+
 def parse(target=None):
     """``target`` as a :class:`tvm.target.Target`; ``None`` is the current target, else ``llvm``.
 
@@ -38,6 +70,8 @@ def parse(target=None):
     """
     import tvm
 
+    if isinstance(target, Target):
+        return target.tvm
     if target is None:
         return tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
     if isinstance(target, tvm.target.Target):
@@ -84,6 +118,8 @@ def _with_cuda_arch(data):
 
 def kind(target=None) -> str:
     """``"llvm"``, ``"cuda"``, ... of any target form (a canonical string included)."""
+    if isinstance(target, Target):
+        return target.kind
     if isinstance(target, str) and target.lstrip().startswith("{"):
         try:
             return str(json.loads(target).get("kind", ""))
@@ -110,6 +146,8 @@ def canonical(target=None) -> str:
     A string that already is such a JSON object is returned normalized without importing TVM
     (``taso:`` annotations kept: they tell measurements apart).
     """
+    if isinstance(target, Target):
+        return target.canonical
     if isinstance(target, str) and target.lstrip().startswith("{"):
         try:
             return json.dumps(json.loads(target), sort_keys=True, separators=(",", ":"))

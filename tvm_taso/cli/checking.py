@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from tvm_taso.io.onnx_import import InputError
+from tvm_taso.errors import InputError
 from tvm_taso.numerics import TOLERANCE, array_relative_error, tolerance
 
 

@@ -18,8 +18,8 @@ import traceback
 import warnings
 
 from tvm_taso.cli.checking import CheckFailed
+from tvm_taso.errors import InputError
 from tvm_taso.files import OutputPathError
-from tvm_taso.io.onnx_import import InputError
 from tvm_taso.target import TargetError
 
 log = logging.getLogger("tvm_taso.cli")

@@ -11,6 +11,7 @@ import time
 import warnings
 from pathlib import Path
 
+from tvm_taso.errors import InputError
 from tvm_taso.files import (
     OutputPathError,
     check_output_paths,
@@ -18,7 +19,6 @@ from tvm_taso.files import (
     write_atomically,
     write_text_atomically,
 )
-from tvm_taso.io.onnx_import import InputError
 
 
 def add_model_commands(sub) -> None:
@@ -114,16 +114,16 @@ _OPTION_FLAGS = {"alpha": "--alpha", "budget": "--budget", "time_limit": "--time
 
 
 def _check_options(args) -> None:
-    """The search options in range (:func:`tvm_taso.search.options.validate`), before any work:
-    an :class:`InputError` (exit 2) naming the option as the user typed it."""
-    from tvm_taso.search.options import validate
+    """The search options in range (:class:`tvm_taso.search.options.SearchOptions`), before any
+    work: an :class:`InputError` (exit 2) naming the option as the user typed it."""
+    from tvm_taso.search.options import OptionError, SearchOptions
 
     given = {name: getattr(args, name) for name in _OPTION_FLAGS if hasattr(args, name)}
     try:
-        validate(**given)
-    except ValueError as err:
-        name, _, rest = str(err).partition(" ")
-        raise InputError(f"{_OPTION_FLAGS.get(name, name)} {rest}") from None
+        SearchOptions(**given)
+    except OptionError as err:
+        flag = _OPTION_FLAGS.get(err.option, err.option)
+        raise InputError(f"{flag} {str(err).removeprefix(err.option + ' ')}") from None
 
 
 def _check_outputs(args, **outputs) -> None:
@@ -156,7 +156,7 @@ def _check_not_input_data(outputs: dict, data_files: list[Path]) -> None:
 
 def _quiet_skips() -> None:
     """The summary lists what the search left as is: no separate warning for it."""
-    from tvm_taso.optimize import TasoSkippedWarning
+    from tvm_taso.driver import TasoSkippedWarning
 
     warnings.simplefilter("ignore", TasoSkippedWarning)
 

@@ -43,7 +43,7 @@ def make_cost_model(cost_model, target) -> CostModel:
 
         learned = LearnedCost.load_for(target)
         if learned is None:
-            name = target if isinstance(target, str) else targets.canonical(target)
+            name = str(target) if isinstance(target, (str, targets.Target)) else targets.canonical(target)
             raise ValueError(f"no model trained for {name}; run `tvm-taso cost train` first")
         return learned
     if cost_model in (None, "auto"):

@@ -95,7 +95,7 @@ def compare_builds(builds: dict[str, CompiledModule], repeats: int = 10, min_rep
     return result
 
 
-def compare_modules(before, after, target, inputs: list[np.ndarray], repeats: int = 10, pipeline=None,
+def compare_modules(before, after, target, inputs: list[np.ndarray], *, repeats: int = 10, pipeline=None,
                     min_repeat_ms: int = 100, time_limit: float | None = None) -> dict:
     """Compile both modules with the same pipeline and time them side by side on ``target``
     (:func:`compare_builds`)."""

@@ -1,7 +1,8 @@
 """Training the learned cost model: which kernels to measure, fitting, held-out scores.
 
-* :func:`model_kernels` / :func:`search_kernels` list the kernels a model has / a search over
-  it prices: what to measure for training.
+* :func:`model_kernels` lists the kernels a model has (and
+  :func:`tvm_taso.driver.kernels.search_kernels` those a search over it prices): what to
+  measure for training.
 * :func:`train` fits a :class:`~tvm_taso.cost.learned.LearnedCost` on
   :class:`~tvm_taso.cost.database.Record` s and reports, on a held-out split, the Spearman rank
   correlation (what the search needs: the *order* of candidates) and the median relative error
@@ -16,7 +17,6 @@ import logging
 import math
 import statistics
 import time
-import warnings
 from collections import Counter
 
 import numpy as np
@@ -26,23 +26,8 @@ from tvm_taso.cost.analytic import AnalyticCost
 from tvm_taso.cost.learned import FEATURE_NAMES, LearnedCost, features_matrix
 from tvm_taso.cost.model import Kernel, kernels
 from tvm_taso.ir.relax_bridge import block_graphs
-from tvm_taso.optimize import TasoSkippedWarning, optimize
 
 log = logging.getLogger("tvm_taso.cost.training")
-
-
-class _Recorder(AnalyticCost):
-    """The roofline, remembering every distinct kernel it is asked about (in order)."""
-
-    name = "analytic"
-
-    def __init__(self, target=None):
-        super().__init__(target)
-        self.seen: dict[Kernel, None] = {}
-
-    def kernel_cost(self, kernel: Kernel) -> float:
-        self.seen.setdefault(kernel, None)
-        return super().kernel_cost(kernel)
 
 
 def model_kernels(mod) -> list[Kernel]:
@@ -52,16 +37,6 @@ def model_kernels(mod) -> list[Kernel]:
         for k in kernels(g):
             found.setdefault(k, None)
     return list(found)
-
-
-def search_kernels(mod, target=None, **optimize_kw) -> list[Kernel]:
-    """The distinct kernels a search over ``mod`` prices (the model's own and every candidate's,
-    with the analytic model steering): the kernels a cost model for this model must rank."""
-    rec = _Recorder(target)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TasoSkippedWarning)
-        optimize(mod, target=target, cost_model=rec, **optimize_kw)
-    return list(rec.seen)
 
 
 DEFAULT_PARAMS = dict(

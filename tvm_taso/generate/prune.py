@@ -230,8 +230,8 @@ def _commuted(g, limit: int = 3) -> list:
     return out
 
 
-def is_implied(domain: Domain, rule, pair: Pair, forward: bool, env: dict, earlier: list,
-                depth: int = 3, width: int = 48) -> bool:
+def is_implied(domain: Domain, rule, pair: Pair, forward: bool, env: dict, earlier: list, *,
+               depth: int = 3, width: int = 48) -> bool:
     """Whether up to ``depth`` applications of the ``earlier`` rules rewrite the rule's source
     (at sizes ``env``) into a graph the rule itself produces, up to the operand order of
     add/multiply (at most ``width`` graphs are kept per step)."""

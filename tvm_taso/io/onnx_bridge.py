@@ -116,9 +116,9 @@ class OnnxGraph:
             if name not in overridable:
                 self.refs[name] = (g.add_leaf("const", self.type_a(name), (self.constant(name), name), key=name), 0)
         for idx, node in enumerate(self.proto.graph.node):
-            start = g._next
+            start = g.next_id
             outs = self._read_node(idx, node)
-            for nid in range(start, g._next):
+            for nid in range(start, g.next_id):
                 self.owner.setdefault(nid, idx)
             self.node_refs[idx] = outs
             for name, ref in zip(node.output, outs):

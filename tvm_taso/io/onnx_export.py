@@ -30,9 +30,10 @@ from tvm import ir, relax, tirx, topi
 from tvm.relax.utils import gen_call_tir_inputs
 
 from tvm_taso.files import write_atomically
+from tvm_taso.io import onnx_opset
 from tvm_taso.ir.ops import OpError, _py
 
-MIN_OPSET = 17  # LayerNormalization
+MIN_OPSET = onnx_opset.LAYER_NORMALIZATION_OP_SINCE  # layer_norm is written as the op
 
 
 class ExportError(ValueError):
@@ -171,7 +172,7 @@ def _gelu(approximate: str) -> Callable:
     def convert(ex, call):
         arg = call.args[0]
         x = ex.tensor(arg)
-        if ex.opset >= 20:
+        if onnx_opset.has_gelu(ex.opset):
             return ex.node("Gelu", [x], approximate=approximate)
         if approximate == "none":  # 0.5 x (1 + erf(x / sqrt 2))
             inner = ex.node("Erf", [ex.node("Mul", [x, ex.scalar(1 / np.sqrt(2), arg)])])
@@ -239,10 +240,10 @@ def _pool(op_type: str) -> Callable:
         attrs = dict(kernel_shape=pool_size, strides=strides, pads=pads, ceil_mode=ceil_mode)
         if op_type == "AveragePool":
             attrs["count_include_pad"] = int(_py(a.count_include_pad))
-        if op_type == "MaxPool" or ex.opset >= 19:  # AveragePool has dilations since opset 19
+        if onnx_opset.has_pool_dilations(ex.opset, op_type):
             attrs["dilations"] = dilation
-        elif any(d != 1 for d in dilation):
-            raise ExportError("dilated average pooling needs opset >= 19")
+        elif any(d != 1 for d in dilation):  # AveragePool: MaxPool has dilations at every opset exported
+            raise ExportError(f"dilated average pooling needs opset >= {onnx_opset.POOL_DILATIONS_SINCE[op_type]}")
         return ex.node(op_type, [ex.tensor(call.args[0])], **attrs)
 
     return convert
@@ -278,9 +279,8 @@ def _adaptive_avg_pool2d(ex, call):
 
 
 def _reduce_node(ex, op_type: str, x: str, axes, keepdims: bool) -> str:
-    if ex.opset >= 18 or op_type == "ReduceSum":  # axes became an input (ReduceSum: opset 13)
-        return ex.node(op_type, [x, ex.int64(axes)], keepdims=int(keepdims))
-    return ex.node(op_type, [x], axes=list(axes), keepdims=int(keepdims))
+    spelling = onnx_opset.reduce_axes(ex.opset, op_type, axes)
+    return ex.node(op_type, [x, *map(ex.const, spelling.inputs)], keepdims=int(keepdims), **spelling.attributes)
 
 
 def _axes(call) -> list[int]:
@@ -349,7 +349,9 @@ def _concat(ex, call):
 def _split(ex, call):
     axis = _py(call.attrs.axis)
     sizes = [_tensor(ty)[0][axis] for ty in ex.var.ty.fields]
-    return ex.node("Split", [ex.tensor(call.args[0]), ex.int64(sizes)], outputs=len(sizes), axis=axis)
+    spelling = onnx_opset.split(ex.opset, sizes)
+    inputs = [ex.tensor(call.args[0]), *map(ex.const, spelling.inputs)]
+    return ex.node("Split", inputs, outputs=len(sizes), axis=axis, **spelling.attributes)
 
 
 def _strided_slice(ex, call):
@@ -401,10 +403,9 @@ _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 
 
 def _emit_pad(ex, data, before, after, value, mode="constant") -> str:
-    inputs = [ex.tensor(data), ex.int64(list(before) + list(after))]
-    if mode == "constant":
-        inputs.append(ex.scalar(value, data))
-    return ex.node("Pad", inputs, mode=mode)
+    x = ex.tensor(data)
+    spelling = onnx_opset.pad(ex.opset, before, after, value if mode == "constant" else None, _dtype(data))
+    return ex.node("Pad", [x, *map(ex.const, spelling.inputs)], mode=mode, **spelling.attributes)
 
 
 def _pad(ex, call):

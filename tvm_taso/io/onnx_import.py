@@ -10,13 +10,10 @@ from pathlib import Path
 
 import onnx
 
+from tvm_taso.errors import InputError
 from tvm_taso.files import InputFileError, read_regular_file
 
 log = logging.getLogger(__name__)
-
-
-class InputError(ValueError):
-    """A model or argument tvm-taso cannot use; the message says what and how to fix it."""
 
 
 MAX_MODEL_BYTES = 2**31  # protobuf's limit for one message (larger weights live in external data)

@@ -21,8 +21,9 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, helper, numpy_helper
 
+from tvm_taso.errors import InputError
 from tvm_taso.files import TEMP_PREFIX, write_all
-from tvm_taso.io.onnx_import import InputError, bind_dims, input_shapes, read_model
+from tvm_taso.io.onnx_import import bind_dims, input_shapes, read_model
 
 log = logging.getLogger("tvm_taso.io")
 

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from tvm_taso.io import onnx_opset
 from tvm_taso.ir.ops import OpError
 
 FLOATS = ("float16", "float32", "float64")
@@ -182,9 +183,9 @@ def _static_reshape(r, node, at):
 
 def _softmax(r, node, at):
     rank = len(r.ty(node.input[0]).shape)
-    axis = int(at.get("axis", -1 if r.opset >= 13 else 1)) % rank
-    if r.opset < 13 and axis != rank - 1:
-        raise OpError("opset < 13 softmax over a flattened tail")
+    axis = int(at.get("axis", onnx_opset.softmax_default_axis(r.opset))) % rank
+    if not onnx_opset.softmax_over_axis(r.opset, axis, rank):
+        raise OpError(f"opset < {onnx_opset.SOFTMAX_ONE_AXIS_SINCE} softmax over a flattened tail")
     return [r.add("softmax", [r.ref(node.input[0])], {"axis": axis})]
 
 
@@ -225,7 +226,7 @@ def _pad(r, node, at):
     mode = at.get("mode", b"constant")
     if mode not in (b"constant", "constant"):
         raise OpError(f"{mode!r} padding")
-    if r.opset >= 11:
+    if onnx_opset.pad_takes_inputs(r.opset):
         if len(node.input) > 3 and node.input[3]:
             raise OpError("pad with axes")
         pads = r.const(node.input[1])
@@ -285,7 +286,7 @@ def _emit_simple(w, node, ins, outs):
 
 
 def _emit_gelu(w, node, ins, outs):
-    if w.opset >= 20:
+    if onnx_opset.has_gelu(w.opset):
         w.node("Gelu", ins, outs)
         return
     dtype = node.types[0].dtype
@@ -309,15 +310,16 @@ def _emit_pool(w, node, ins, outs):
     at = node.attr
     if at["ceil_mode"] or at["layout"] != "NCHW":
         raise OpError("pool form")
+    op_type = "MaxPool" if node.op == "max_pool2d" else "AveragePool"
     extra = {}
     if tuple(at["dilation"]) != (1, 1):
-        if node.op == "avg_pool2d" and w.opset < 19 or w.opset < 10:
+        if not onnx_opset.has_pool_dilations(w.opset, op_type):
             raise OpError("dilated pooling needs a newer opset")
         extra["dilations"] = list(at["dilation"])
     if node.op == "avg_pool2d":
         extra["count_include_pad"] = int(at["count_include_pad"])
-    w.node("MaxPool" if node.op == "max_pool2d" else "AveragePool", ins, outs, kernel_shape=list(at["pool_size"]),
-           pads=list(at["padding"]), strides=list(at["strides"]), **extra)
+    w.node(op_type, ins, outs, kernel_shape=list(at["pool_size"]), pads=list(at["padding"]),
+           strides=list(at["strides"]), **extra)
 
 
 def _emit_concat(w, node, ins, outs):
@@ -328,11 +330,9 @@ def _emit_split(w, node, ins, outs):
     at = node.attr
     dim = w.type_of(node.inputs[0]).shape[at["axis"]]
     points = (0,) + tuple(at["indices"]) + (dim,)
-    sizes = np.asarray([b - a for a, b in zip(points, points[1:])], np.int64)
-    if w.opset >= 13:
-        w.node("Split", [ins[0], w.constant(sizes, "split")], outs, axis=at["axis"])
-    else:
-        w.node("Split", ins, outs, axis=at["axis"], split=[int(s) for s in sizes])
+    spelling = onnx_opset.split(w.opset, [b - a for a, b in zip(points, points[1:])])
+    inputs = [ins[0], *(w.constant(sizes, "split") for sizes in spelling.inputs)]
+    w.node("Split", inputs, outs, axis=at["axis"], **spelling.attributes)
 
 
 def _emit_transpose(w, node, ins, outs):
@@ -348,12 +348,12 @@ def _emit_pad(w, node, ins, outs):
     if at["pad_mode"] != "constant":
         raise OpError(f"{at['pad_mode']} padding")
     width = at["pad_width"]
-    pads = [int(p) for p in width[0::2]] + [int(p) for p in width[1::2]]
-    if w.opset >= 11:
-        value = w.constant(np.asarray(at["pad_value"], node.types[0].dtype), "pad_value")
-        w.node("Pad", [ins[0], w.constant(np.asarray(pads, np.int64), "pads"), value], outs, mode="constant")
-    else:
-        w.node("Pad", ins, outs, mode="constant", pads=pads, value=float(at["pad_value"]))
+    spelling = onnx_opset.pad(w.opset, width[0::2], width[1::2], at["pad_value"], node.types[0].dtype)
+    # the value's initializer is made before the pads': fresh names count up, and the models this
+    # writer wrote before must come out the same
+    operands = reversed(list(zip(spelling.inputs, ("pads", "pad_value"))))
+    made = [w.constant(array, hint) for array, hint in operands]
+    w.node("Pad", [ins[0], *reversed(made)], outs, mode="constant", **spelling.attributes)
 
 
 def _emit_batch_norm(w, node, ins, outs):
@@ -366,25 +366,23 @@ def _emit_batch_norm(w, node, ins, outs):
 def _emit_layer_norm(w, node, ins, outs):
     rank = len(node.types[0].shape)
     axes = tuple(node.attr["axes"])
-    if w.opset < 17 or axes != tuple(range(axes[0], rank)):
+    if not onnx_opset.has_layer_normalization(w.opset) or axes != tuple(range(axes[0], rank)):
         raise OpError("layer_norm form")
     w.node("LayerNormalization", ins, outs, axis=axes[0], epsilon=float(node.attr["epsilon"]))
 
 
 def _emit_softmax(w, node, ins, outs):
     axis = node.attr["axis"]
-    if w.opset < 13 and axis != len(node.types[0].shape) - 1:
+    if not onnx_opset.softmax_over_axis(w.opset, axis, len(node.types[0].shape)):
         raise OpError("softmax form")
     w.node("Softmax", ins, outs, axis=axis)
 
 
 def _emit_mean(w, node, ins, outs):
     at = node.attr
-    axes = [int(a) for a in at["axis"]]
-    if w.opset >= 18:
-        w.node("ReduceMean", [ins[0], w.constant(np.asarray(axes, np.int64), "axes")], outs, keepdims=int(at["keepdims"]))
-    else:
-        w.node("ReduceMean", ins, outs, axes=axes, keepdims=int(at["keepdims"]))
+    spelling = onnx_opset.reduce_axes(w.opset, "ReduceMean", at["axis"])
+    inputs = [ins[0], *(w.constant(axes, "axes") for axes in spelling.inputs)]
+    w.node("ReduceMean", inputs, outs, keepdims=int(at["keepdims"]), **spelling.attributes)
 
 
 EMITTERS = {

@@ -4,7 +4,7 @@ PyTorch frontend (``tvm.relax.frontend.torch.from_exported_program``), ready for
 
 from __future__ import annotations
 
-from tvm_taso.io.onnx_import import InputError
+from tvm_taso.errors import InputError
 
 
 def require_torch():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -40,6 +41,50 @@ class Node:
 
 class CycleError(ValueError):
     pass
+
+
+class Values(Protocol):
+    """What rules and node normalisation ask of the values refs name, answered by a
+    :class:`Graph` and by an e-graph's classes alike: a value's tensor type, and whether it is a
+    constant (``const?`` conditions; a constant operand goes second in :func:`normal_node`)."""
+
+    def type_of(self, ref: Ref) -> TensorType: ...
+
+    def is_constant(self, ref: Ref) -> bool: ...
+
+
+@dataclass(frozen=True)
+class NormalNode:
+    """A known op on its operands, spelled the one way graphs and e-graphs store it (see
+    :func:`normal_node`), its output types not yet inferred."""
+
+    op: str
+    inputs: tuple
+    attrs: tuple  # complete, canonical, sorted (name, value) pairs
+    in_types: tuple
+
+    def key(self):
+        return (self.op, self.inputs, self.attrs)
+
+    def output_types(self) -> tuple:
+        """The types of the op's outputs; raises OpError if the operand types do not check.
+        (Asked only of a node not found already, as inference costs more than the lookup.)"""
+        return tuple(ops.infer(self.op, list(self.in_types), dict(self.attrs)))
+
+
+def normal_node(op: str, inputs, attrs: dict, values: Values) -> NormalNode:
+    """``op`` on ``inputs`` with ``attrs``, spelled one way so that equal nodes are shared and
+    rules see one form: the op's defaults filled in, axes and ``out_dtype`` canonical
+    (:func:`ops.canonical_attrs`), and a constant first operand of add or multiply put second
+    (``bias + x`` is ``x + bias``)."""
+    full = dict(ops.OPS[op].defaults)
+    full.update(attrs)
+    inputs = tuple(inputs)
+    if op in COMMUTATIVE and values.is_constant(inputs[0]) and not values.is_constant(inputs[1]):
+        inputs = (inputs[1], inputs[0])
+    in_types = [values.type_of(r) for r in inputs]
+    full = ops.canonical_attrs(op, in_types, full)
+    return NormalNode(op, inputs, tuple(sorted(full.items())), tuple(in_types))
 
 
 class Graph:
@@ -114,27 +159,45 @@ class Graph:
         return found if found is not None and found in self.nodes else None
 
     def add(self, op: str, inputs, attrs: dict, origin=None) -> int:
-        """Add a known op (or find the identical one); raises OpError if types do not check."""
-        spec = ops.OPS[op]
-        full = dict(spec.defaults)
-        full.update(attrs)
-        inputs = tuple(inputs)
-        if op in COMMUTATIVE and self.nodes[inputs[0][0]].op == "const" and self.nodes[inputs[1][0]].op != "const":
-            inputs = (inputs[1], inputs[0])  # one spelling for `bias + x` and `x + bias`
-        in_types = [self.type_of(r) for r in inputs]
-        full = ops.canonical_attrs(op, in_types, full)
-        attrs_t = tuple(sorted(full.items()))
-        found = self._find(op, inputs, attrs_t)
+        """Add a known op (:func:`normal_node`) or find the identical one; raises OpError if
+        types do not check."""
+        node = normal_node(op, inputs, attrs, self)
+        found = self._find(*node.key())
         if found is not None:
             return found
-        return self._insert(Node(op, inputs, attrs_t, tuple(ops.infer(op, in_types, full)), origin))
+        return self._insert(Node(op, node.inputs, node.attrs, node.output_types(), origin))
+
+    def put_leaf(self, nid: int, node: Node) -> None:
+        """Make the leaf ``node`` (another graph's, at the same id) node ``nid`` here, in place
+        of the one there if any: a graph built for one region made to read another's inputs
+        and weights, or a graph started from a region's leaves."""
+        if node.op not in LEAVES:
+            raise ValueError(f"a {node.op} node is not a leaf")
+        self.nodes[nid] = node
+        self._next = max(self._next, nid + 1)
+        self._derived = {}
+
+    def continue_numbering(self, other: Graph) -> None:
+        """Give the nodes added from now on ids after every id ``other`` has given, so that
+        nodes taken from ``other`` keep their ids and new ones mean no node of ``other``."""
+        self._next = max(self._next, other._next)
 
     # -- queries ----------------------------------------------------------------------------
+    @property
+    def next_id(self) -> int:
+        """The id the next node added gets. Ids are given in increasing order, so the nodes
+        added between two readings have the ids between them (:meth:`place` aside: it reuses
+        a freed id)."""
+        return self._next
+
     def type_of(self, ref: Ref) -> TensorType:
         ty = self.nodes[ref[0]].types[ref[1]] if ref[1] >= 0 else None
         if ty is None:
             raise OpError(f"value {ref} is not a tensor")
         return ty
+
+    def is_constant(self, ref: Ref) -> bool:
+        return self.nodes[ref[0]].op == "const"
 
     def users(self) -> dict[int, list[int]]:
         return self.derived("users", _users)

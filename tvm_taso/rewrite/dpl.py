@@ -11,14 +11,17 @@ the other.
   op defaults of unmentioned attributes included. Every pattern also records DPL's used-by
   edges, so it is ready for a ``PatternContext`` when compiled inside one.
 - :class:`Sites` finds sites with ``rewrite_call``, one single-root pattern per source root
-  (:class:`RulePatterns` compiles them once): ``rewrite_bindings`` finds nothing when weights are constants and reports one match per call
-  (0.27, see DESIGN.md). Each DPL match is then read off the matched Relax calls: attribute
-  variables are bound from the calls' attributes and every attribute checked, with
-  :func:`~tvm_taso.rewrite.match.match_attributes`. A multi-root rule joins its roots'
-  matches on the tensor variables they share (the sibling matmuls of one ``?x``: a use-def
-  lookup), on distinct bindings; a root that shares no variable with those before it (``(relu
-  ?a), (relu ?b)``) takes the matches independent of theirs. The rule's conditions are
-  evaluated last.
+  (:class:`RulePatterns` compiles them once): ``rewrite_bindings`` finds nothing when weights
+  are constants and reports one match per call (TVM 0.27; :meth:`Sites.rewrite` works around
+  both, below, as ``tests/test_dpl.py`` checks). Each DPL match is then read off the matched
+  Relax calls: attribute variables are bound from the calls' attributes and every attribute
+  checked, with :func:`~tvm_taso.rewrite.semantics.match_attributes`. A multi-root rule joins
+  its roots' matches on the tensor variables they share (the sibling matmuls of one ``?x``: a
+  use-def lookup), on distinct bindings; a root that shares no variable with those before it
+  (``(relu ?a), (relu ?b)``) takes the matches independent of theirs. The rule's conditions are
+  evaluated last (:func:`~tvm_taso.rewrite.semantics.conditions_hold`), on the graph of the
+  matched block (:class:`~tvm_taso.ir.relax_bridge.BlockGraph`), which answers what they ask
+  of a bound tensor: the bindings are refs into it, as the matcher's are.
 - :meth:`Sites.rewrite` rewrites one site: single-root rules with ``rewrite_call``; multi-root
   rules with ``rewrite_bindings``, which matches only variables (0.27: constant weights, or a
   dataflow variable given with ``is_expr``, never match). Constants are therefore lifted to
@@ -55,18 +58,11 @@ from tvm.relax.dpl import (
 
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import Graph
-from tvm_taso.rewrite.match import (
-    Match,
-    conditions_hold,
-    evaluate_attr,
-    independent,
-    match_attributes,
-    same_value,
-    unlinked_roots,
-)
 from tvm_taso.ir.ops import OpError
 from tvm_taso.ir.relax_bridge import BlockGraph
+from tvm_taso.rewrite.match import Match, independent, unlinked_roots
 from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
+from tvm_taso.rewrite.semantics import conditions_hold, evaluate_attr, match_attributes, same_value
 
 _NOT_LITERAL = object()
 

@@ -1,12 +1,14 @@
 """The rule engine: find every site where a rule's source matches a graph, apply the rule at
 one chosen site, and say why a rule does not match.
 
-Matching is driven by the rule data (:mod:`tvm_taso.rewrite.rule`); it finds all sites,
-constants included, and handles multi-output rules by matching roots one after another. The
-same rules also compile to ``tvm.relax.dpl`` patterns (:mod:`tvm_taso.rewrite.dpl`); the search
-uses this matcher because it works on the small per-region graphs without rebuilding Relax per
-candidate. :func:`why_not` replays the matching with a trace, in the spirit of onnxscript's
-``MatchResult.fail(reason)``; the search never pays for it.
+Matching is driven by the rule data (:mod:`tvm_taso.rewrite.rule`), what its attributes and
+conditions mean by :mod:`tvm_taso.rewrite.semantics` (a :class:`Graph` answers what conditions
+ask of a bound tensor); it finds all sites, constants included, and handles multi-output rules
+by matching roots one after another. The same rules also compile to ``tvm.relax.dpl`` patterns
+(:mod:`tvm_taso.rewrite.dpl`); the search uses this matcher because it works on the small
+per-region graphs without rebuilding Relax per candidate. :func:`why_not` replays the matching
+with a trace, in the spirit of onnxscript's ``MatchResult.fail(reason)``; the search never pays
+for it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import numpy as np
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import CycleError, Graph, Ref
 from tvm_taso.ir.ops import OpError
-from tvm_taso.rewrite.rule import FUNCTIONS, Call, Get, Op, Rule, Scalar, Tup, Var
+from tvm_taso.rewrite.rule import Get, Op, Rule, Scalar, Var, show
+from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, conditions_hold, evaluate_attr, fail, match_attributes
 
 
 @dataclass(frozen=True)
@@ -33,80 +36,16 @@ class Match:
         return dict(self.env)
 
 
-# Matching: each function returns the bindings extended by a match of ``pat``, or None. ``why``
-# is None in the search; a list when someone asks why a rule does not match, and then the first
-# failing check appends its reason (the f-strings are only built in that case).
-
-
-def _fail(why: list, reason: str) -> None:
-    why.append(reason)
-    return None
-
-
-def _match_attr(pat, value, env: dict, why: list | None = None) -> dict | None:
-    if isinstance(pat, Var):
-        key = "@" + pat.name
-        if key in env:
-            if same_value(env[key], value):
-                return env
-            return None if why is None else _fail(why, f"is {_show(value)}, but ?{pat.name} is already {_show(env[key])}")
-        env = dict(env)
-        env[key] = value
-        return env
-    if isinstance(pat, Tup):
-        if not isinstance(value, tuple) or len(value) != len(pat.items):
-            return None if why is None else _fail(why, f"is {_show(value)}, not {len(pat.items)} values {show(pat)}")
-        for i, (p, v) in enumerate(zip(pat.items, value)):
-            env = _match_attr(p, v, env, why)
-            if env is None:
-                if why is not None:
-                    why[-1] = f"is {_show(value)}: item {i} {why[-1]}"
-                return None
-        return env
-    if isinstance(pat, Call):
-        if same_value(evaluate_attr(pat, env, None), value):
-            return env
-        return None if why is None else _fail(why, f"is {_show(value)}, not {show(pat)}")
-    if same_value(pat, value):
-        return env
-    return None if why is None else _fail(why, f"is {_show(value)}, not {show(pat)}")
-
-
-def same_value(a, b) -> bool:
-    """Whether two attribute values are equal (floats to 1e-12, sequences item by item)."""
-    if isinstance(a, float) or isinstance(b, float):
-        try:
-            return abs(float(a) - float(b)) <= 1e-12 * max(1.0, abs(float(a)))
-        except (TypeError, ValueError):
-            return False
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    return a == b
-
-
-def match_attributes(pat: Op, attrs: dict, env: dict, why: list | None = None) -> dict | None:
-    """``env`` extended by matching a node's attributes against ``pat``'s: attribute patterns
-    for the attributes it names, the op's defaults for the others."""
-    given = dict(pat.attrs)
-    defaults = ops.OPS[pat.op].defaults
-    for name, value in attrs.items():
-        if name in given:
-            env = _match_attr(given[name], value, env, why)
-            if env is None:
-                if why is not None:
-                    why[-1] = f"{pat.op} attribute {name} {why[-1]}"
-                return None
-        elif name in defaults and not same_value(defaults[name], value):
-            return None if why is None else _fail(why, f"{pat.op} attribute {name} is {_show(value)}, not the default {_show(defaults[name])}")
-    return env
+# Matching: each function returns the bindings extended by a match of ``pat``, or None; ``why``
+# as in :mod:`tvm_taso.rewrite.semantics`.
 
 
 def _match_node(pat: Op, g: Graph, nid: int, env: dict, why: list | None = None) -> dict | None:
     node = g.nodes[nid]
     if node.op != pat.op:
-        return None if why is None else _fail(why, f"node {nid} is {node.op}, not {pat.op}")
+        return None if why is None else fail(why, f"node {nid} is {node.op}, not {pat.op}")
     if len(node.inputs) != len(pat.args):
-        return None if why is None else _fail(why, f"{pat.op} node {nid} has {len(node.inputs)} operands, not {len(pat.args)}")
+        return None if why is None else fail(why, f"{pat.op} node {nid} has {len(node.inputs)} operands, not {len(pat.args)}")
     env = match_attributes(pat, node.attr, env, why)
     if env is None:
         return None
@@ -120,20 +59,20 @@ def _match_node(pat: Op, g: Graph, nid: int, env: dict, why: list | None = None)
 def _match_expr(pat, g: Graph, ref: Ref, env: dict, why: list | None = None) -> dict | None:
     if isinstance(pat, Var):
         if ref[1] < 0 or g.nodes[ref[0]].types[ref[1]] is None:
-            return None if why is None else _fail(why, f"?{pat.name} would be {_show_ref(g, ref)}, not a tensor")
+            return None if why is None else fail(why, f"?{pat.name} would be {_show_ref(g, ref)}, not a tensor")
         if pat.name in env:
             if env[pat.name] == ref:
                 return env
-            return None if why is None else _fail(why, f"?{pat.name} is {_show_ref(g, env[pat.name])} and {_show_ref(g, ref)}")
+            return None if why is None else fail(why, f"?{pat.name} is {_show_ref(g, env[pat.name])} and {_show_ref(g, ref)}")
         env = dict(env)
         env[pat.name] = ref
         return env
     if isinstance(pat, Get):
         if ref[1] != pat.index:
-            return None if why is None else _fail(why, f"{_show_ref(g, ref)} is not output {pat.index} of a {pat.expr.op}")
+            return None if why is None else fail(why, f"{_show_ref(g, ref)} is not output {pat.index} of a {pat.expr.op}")
         return _match_node(pat.expr, g, ref[0], env, why)
     if ref[1] != 0 or len(g.nodes[ref[0]].types) != 1:
-        return None if why is None else _fail(why, f"{_show_ref(g, ref)} is not the one output of a {pat.op}")
+        return None if why is None else fail(why, f"{_show_ref(g, ref)} is not the one output of a {pat.op}")
     return _match_node(pat, g, ref[0], env, why)
 
 
@@ -141,55 +80,9 @@ def _match_root(pat, g: Graph, nid: int, env: dict, why: list | None = None) -> 
     """A source root matches a whole node (every output of a multi-output root)."""
     if isinstance(pat, Get):
         if pat.index >= len(g.nodes[nid].types):
-            return None if why is None else _fail(why, f"node {nid} has no output {pat.index}")
+            return None if why is None else fail(why, f"node {nid} has no output {pat.index}")
         return _match_node(pat.expr, g, nid, env, why)
     return _match_node(pat, g, nid, env, why)
-
-
-# What evaluating a condition may raise on a site it does not fit (a dim past the rank...).
-_EVALUATION_ERRORS = (OpError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError)
-
-
-def conditions_hold(rule: Rule, env: dict, g: Graph, why: list | None = None) -> bool:
-    """Whether every condition of ``rule`` holds under the bindings ``env`` of a site in ``g``."""
-    for cond in rule.conds:
-        try:
-            ok = evaluate_attr(cond, env, g)
-        except _EVALUATION_ERRORS as err:
-            if why is not None:
-                why.append(f"condition {show(cond)} cannot be evaluated: {type(err).__name__} {err}")
-            return False
-        if not ok:
-            if why is not None:
-                why.append(f"condition {show(cond)} is false")
-            return False
-    return True
-
-
-def evaluate_attr(x, env: dict, g: Graph | None):
-    """Value of an attribute expression under the bindings of a match."""
-    if isinstance(x, Var):
-        if "@" + x.name in env:
-            return env["@" + x.name]
-        raise KeyError(x.name)
-    if isinstance(x, Tup):
-        return tuple(evaluate_attr(i, env, g) for i in x.items)
-    if isinstance(x, Call):
-        if x.fn in ("dim", "rank", "shape", "const?"):
-            ref = env[x.args[0].name]
-            if x.fn == "const?":
-                return g.nodes[ref[0]].op == "const"
-            shape = g.type_of(ref).shape
-            if x.fn == "rank":
-                return len(shape)
-            if x.fn == "shape":
-                return shape
-            k = evaluate_attr(x.args[1], env, g)
-            if not -len(shape) <= k < len(shape):
-                raise OpError(f"dim {k} of rank {len(shape)}")
-            return shape[k]
-        return FUNCTIONS[x.fn](*(evaluate_attr(a, env, g) for a in x.args))
-    return x
 
 
 def find_matches(g: Graph, rule: Rule, by_op: dict[str, list[int]] | None = None) -> Iterator[Match]:
@@ -298,37 +191,6 @@ def _trace(g: Graph, rule: Rule, by_op: dict, nid: int) -> tuple[int, str]:
     return len(rule.src), f"node{'s' * (len(chosen) > 1)} {', '.join(map(str, chosen))}: {why[0]}"
 
 
-def show(x) -> str:
-    """A pattern, target or attribute expression written in the rule language."""
-    if isinstance(x, Var):
-        return "?" + x.name
-    if isinstance(x, Tup):
-        return "[" + " ".join(show(i) for i in x.items) + "]"
-    if isinstance(x, Call):
-        return "(" + " ".join([x.fn, *(show(a) for a in x.args)]) + ")"
-    if isinstance(x, Get):
-        return f"(get {show(x.expr)} {x.index})"
-    if isinstance(x, Scalar):
-        return f"(scalar {show(x.value)} {show(x.like)})"
-    if isinstance(x, Op):
-        parts = [x.op, *(show(a) for a in x.args), *(f":{n} {show(v)}" for n, v in x.attrs)]
-        return "(" + " ".join(parts) + ")"
-    return _show(x)
-
-
-def _show(value) -> str:
-    """An attribute value as the rule language writes it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "none"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, (tuple, list)):
-        return "[" + " ".join(_show(v) for v in value) + "]"
-    return str(value)
-
-
 def _show_ref(g: Graph, ref: Ref) -> str:
     nid, index = ref
     node = g.nodes[nid]
@@ -387,7 +249,7 @@ def apply(g: Graph, match: Match) -> Graph | None:
     new = g.copy()
     try:
         dst = [ref for x in match.rule.dst for ref in _instantiate(x, new, env)]
-    except _EVALUATION_ERRORS:
+    except EVALUATION_ERRORS:
         return None
     if len(dst) != len(src):
         return None

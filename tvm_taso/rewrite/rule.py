@@ -1,4 +1,5 @@
-"""The rule language: parse rule files into :class:`Rule` objects.
+"""The rule language: parse rule files into :class:`Rule` objects, and write patterns back
+(:func:`show`, for messages).
 
 One rule per line (indented lines continue it)::
 
@@ -107,6 +108,37 @@ class Rule:
 
 def _root_op(p) -> Op:
     return p.expr if isinstance(p, Get) else p
+
+
+def show(x) -> str:
+    """A pattern, target or attribute expression written in the rule language."""
+    if isinstance(x, Var):
+        return "?" + x.name
+    if isinstance(x, Tup):
+        return "[" + " ".join(show(i) for i in x.items) + "]"
+    if isinstance(x, Call):
+        return "(" + " ".join([x.fn, *(show(a) for a in x.args)]) + ")"
+    if isinstance(x, Get):
+        return f"(get {show(x.expr)} {x.index})"
+    if isinstance(x, Scalar):
+        return f"(scalar {show(x.value)} {show(x.like)})"
+    if isinstance(x, Op):
+        parts = [x.op, *(show(a) for a in x.args), *(f":{n} {show(v)}" for n, v in x.attrs)]
+        return "(" + " ".join(parts) + ")"
+    return show_value(x)
+
+
+def show_value(value) -> str:
+    """An attribute value as the rule language writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, (tuple, list)):
+        return "[" + " ".join(show_value(v) for v in value) + "]"
+    return str(value)
 
 
 # -- attribute functions --------------------------------------------------------------------

@@ -2,11 +2,13 @@
 to it.
 
 The same :class:`~tvm_taso.rewrite.rule.Rule` data the backtracking search applies with
-:mod:`tvm_taso.rewrite.match`; attributes are matched with its :func:`match_attributes`, and
-conditions and target attributes evaluated with its :func:`conditions_hold` and
-:func:`evaluate_attr`, over the e-classes' shapes. A match binds tensor variables to e-classes
-(as refs ``(class, 0)``); a target becomes new e-nodes unioned with the source's classes, only
-when its types are the source's (as :func:`tvm_taso.rewrite.match.apply` checks).
+:mod:`tvm_taso.rewrite.match`, meaning the same (:mod:`tvm_taso.rewrite.semantics`: attributes
+matched with :func:`match_attributes`, conditions and target attributes evaluated with
+:func:`conditions_hold` and :func:`evaluate_attr`, over the e-classes' :class:`Shapes`). A match
+binds tensor variables to e-classes (as refs ``(class, 0)``); a target becomes new e-nodes
+unioned with the source's classes, only when its types are the source's (as
+:func:`tvm_taso.rewrite.match.apply` checks), spelled as a graph spells its nodes
+(:func:`~tvm_taso.ir.graph.normal_node`).
 """
 
 from __future__ import annotations
@@ -15,45 +17,34 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tvm_taso.ir import ops
-from tvm_taso.ir.graph import COMMUTATIVE
+from tvm_taso.ir.graph import normal_node
 from tvm_taso.ir.ops import OpError, TensorType
-from tvm_taso.rewrite.match import (
+from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
+from tvm_taso.rewrite.semantics import (
+    EVALUATION_ERRORS,
     conditions_hold,
     evaluate_attr,
     match_attributes,
     same_value,
 )
-from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
 from tvm_taso.search.egraph import EGraph, EGraphView
-
-# What evaluating a target on a site it does not fit may raise (as in rewrite.match.apply).
-_EVALUATION_ERRORS = (OpError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError)
-
-
-class _Kind:
-    __slots__ = ("op",)
-
-    def __init__(self, op: str):
-        self.op = op
 
 
 class Shapes:
-    """What conditions ask of a bound tensor (``type_of``, ``nodes[...].op`` for ``const?``),
-    answered for e-classes: the graph-like object :func:`conditions_hold` reads."""
+    """The e-classes' values as conditions and :func:`normal_node` read them
+    (:class:`~tvm_taso.ir.graph.Values`), a ref ``(class, 0)`` standing for a class."""
 
     def __init__(self, eg: EGraph, view: EGraphView):
         self.eg, self.view = eg, view
-        self.nodes = self
 
     def type_of(self, ref) -> TensorType:
         return self.eg.ref_types[ref[0]][0]
 
-    def __getitem__(self, cid: int) -> _Kind:
-        const = cid in self.eg.const_refs or any(
+    def is_constant(self, ref) -> bool:
+        cid = ref[0]
+        return cid in self.eg.const_refs or any(
             e[0] == "leaf" and self.eg.leaves[e[1]][0] == "const" for e in self.view.classes.get(cid, ())
         )
-        return _Kind("const" if const else "op")
 
 
 def reach(pat) -> int:
@@ -199,7 +190,8 @@ class Matcher:
         seen = set()
         order = order or match_order(rule)
         for position in range(len(rule.src)) if roots_in is not None else (None,):
-            for chosen, env in self._join(rule, order, 0, (), {}, roots_in, position, accept):
+            for chosen, env in self._join(rule, order, 0, (), {}, roots_in=roots_in, position=position,
+                                          accept=accept):
                 roots = tuple(chosen[order.index(i)] for i in range(len(order)))
                 key = (roots, tuple(sorted(env.items(), key=lambda kv: kv[0])))
                 if key in seen:
@@ -208,8 +200,8 @@ class Matcher:
                 if conditions_hold(rule, env, self.shapes):
                     yield roots, env
 
-    def _join(self, rule: Rule, order: tuple, k: int, chosen: tuple, env: dict, roots_in: set | None,
-              position: int | None, accept=None):
+    def _join(self, rule: Rule, order: tuple, k: int, chosen: tuple, env: dict, *, roots_in: set | None,
+              position: int | None, accept):
         """Sites of the roots ``order[k:]`` (classes chosen in that order) agreeing with ``env``;
         the root at ``position`` taken from ``roots_in``. Each root's pattern is matched once per
         round on its own (:meth:`root_sites`) and joined with the roots before it on the
@@ -228,7 +220,8 @@ class Matcher:
                 continue
             env2 = _merged(env, site_env, checked)
             if env2 is not None:
-                yield from self._join(rule, order, k + 1, chosen + (cid,), env2, roots_in, position, accept)
+                yield from self._join(rule, order, k + 1, chosen + (cid,), env2, roots_in=roots_in,
+                                      position=position, accept=accept)
 
     def root_sites(self, pat, classes: set | None = None) -> list[tuple[int, dict]]:
         """(class, bindings) of every match of the root pattern ``pat`` on its own, in classes
@@ -390,7 +383,7 @@ class Applier:
         self._site = []
         try:
             dst = [c for x in rule.dst for c in self._build(x, env)]
-        except _EVALUATION_ERRORS:
+        except EVALUATION_ERRORS:
             return False
         if len(dst) != len(src):
             return False
@@ -458,19 +451,12 @@ class Applier:
         return self._outputs(self.add_op(x.op, args, attrs))
 
     def add_op(self, op: str, args: list[int], attrs: dict) -> int:
-        """The class of ``op`` on ``args`` (attributes completed and canonical as
-        :meth:`Graph.add` does), added if new; raises OpError if the types do not check."""
-        spec = ops.OPS[op]
-        full = dict(spec.defaults)
-        full.update(attrs)
-        if op in COMMUTATIVE and self.shapes[args[0]].op == "const" and self.shapes[args[1]].op != "const":
-            args = [args[1], args[0]]
-        in_types = [self.eg.ref_types[a][0] for a in args]
-        full = ops.canonical_attrs(op, in_types, full)
-        attrs_t = tuple(sorted(full.items()))
-        key = self.eg.op_key(op, attrs_t)
-        enode = ("node", key, tuple(args))
+        """The class of ``op`` on the classes ``args`` (spelled by :func:`normal_node`, as a
+        graph's node is), added if new; raises OpError if the types do not check."""
+        node = normal_node(op, [(a, 0) for a in args], attrs, self.shapes)
+        key = self.eg.op_key(op, node.attrs)
+        enode = ("node", key, tuple(cid for cid, _ in node.inputs))
         if enode in self.view.class_of or enode in self._new:
             return self._enode(enode, None)
-        types = tuple(ops.infer(op, in_types, full))
+        types = node.output_types()
         return self._enode(enode, lambda: self.eg.add_node(key, enode[2], types))

@@ -1,40 +1,21 @@
-"""Equality saturation (TENSAT's search) on the same rules and cost model, region by region.
+"""Equality saturation (TENSAT's search) on the same rules and cost model, one region at a time.
 
-Each region (the backtracking search's regions, :func:`tvm_taso.search.backtrack.regions`)
-becomes an e-graph in egglog (:mod:`.egraph`). Every round matches the rules on a snapshot
-(:mod:`.ematch`), adds their targets and unions in one batch, and stops when nothing changes
-(``saturated``) or at the node limit, the round limit or the deadline. The cheapest acyclic
-graph under the real cost model is then extracted (:mod:`.extract`), refined by a few steps
-of backtracking from it (``refine_budget``: extraction works on per-e-node prices, and a rewrite
-that pays only through fusion can escape it), and kept only if it costs less than the region
-did (the region's own graph is always a candidate, so never more). With ``search_tries``,
-extraction also runs backtracking over the rule applications saturation recorded, and both its
-graphs are refined.
+Each region (:func:`tvm_taso.search.regions.regions`) becomes an e-graph in egglog
+(:mod:`.egraph`). Every round matches the rules on a snapshot (:mod:`.ematch`), adds their
+targets and unions in one batch, and stops when nothing changes or at a limit (:class:`Stop`).
+The cheapest acyclic graph under the real cost model is then extracted (:mod:`.extract`),
+refined by a few steps of backtracking from it (``refine_budget``: extraction works on
+per-e-node prices, and a rewrite that pays only through fusion can escape it), and kept only
+if it costs less than the region did.
 
-Design: Python drives the e-graph. The rule language computes attributes and checks shapes
-(``dim``, ``rank``, ``shape``), which egglog rules could only do with a shape analysis encoded in
-egglog; instead egglog keeps the e-nodes, union-find and congruence closure, and Python matches
-the same :class:`Rule` data on each round's snapshot. What keeps it fast (measured on the quick
-benchmark models, 2 shared cores; see README):
-
-- incremental matching: a rule whose every site was applied is matched again only at roots
-  near a class that changed (:func:`saturate`);
-- joined matching: a multi-output rule's root patterns are each matched once per round and
-  joined on the variables they share through a hash index (:meth:`.ematch.Matcher.matches`),
-  not matched again for every choice of the roots before;
-- multi-output rules (merges) are where e-graphs explode: a site is dropped before it is
-  applied when it would close a cycle, when its roots are symmetric and in the other order,
-  or when the merge is redundant -- merges grow one input-graph value at a time, in class
-  order, so each set of merged values is built once (:class:`Dependencies`);
-- scheduling: multi-output rules run in the first ``multi_rounds`` rounds (a k-way merge
-  needs k - 1), first, with ``multi_share`` of the e-nodes left; a rule that changes more than
-  ``match_limit`` sites in a round is banned for 1, 2, 4, ... rounds (egg's backoff); rules
-  the node limit stopped run first in the next round;
-- egglog programs of a few dozen commands (:mod:`.egraph`), and an extraction that prices a
-  bounded number of graphs, each distinct one once (:mod:`.extract`);
-- limits measured on the quick benchmark models (:class:`EqsatLimits`): a node limit of 1,500
-  instead of 1,000 took 1.5-2x the time and found a cheaper graph on one model of eight, by
-  0.1%; 6 rounds, not 8, since a 5-way merge and the rewrites after it take 6.
+Python drives the e-graph: the rule language computes attributes and checks shapes, which egglog
+rules could only do with a shape analysis encoded in egglog; egglog keeps the e-nodes,
+union-find and congruence closure, and Python matches the same :class:`Rule` data on each
+round's snapshot. Matching is incremental (a rule is matched again only near what changed,
+:func:`saturate`) and joined (a multi-output rule's roots are matched once each and joined on
+shared variables, :meth:`.ematch.Matcher.matches`); multi-output sites that would close a
+cycle or only repeat a merge are dropped before they are applied (:class:`Dependencies`),
+since merges are where e-graphs explode; the :class:`Scheduler` decides which rules run when.
 
 ``search="auto"`` runs eqsat on every region and, on regions of at most ``AUTO_BOTH_OPS`` ops
 (where backtracking is cheap), backtracking too, keeping the cheaper graph.
@@ -51,30 +32,16 @@ from tvm_taso.cost.model import CostModel
 from tvm_taso.ir.graph import LEAVES, Graph
 from tvm_taso.rewrite.rule import Rule
 from tvm_taso.search import backtrack, ematch
-from tvm_taso.search.backtrack import SearchStats
 from tvm_taso.search.egraph import MISSING, EGraph, EGraphView, available
 from tvm_taso.search.ematch import Applier, Matcher
 from tvm_taso.search.extract import Extractor
+from tvm_taso.search.options import EqsatLimits, SearchOptions
+from tvm_taso.search.regions import Found
+from tvm_taso.search.stats import SearchStats, Stop
 
 log = logging.getLogger(__name__)
 
 AUTO_BOTH_OPS = 12
-
-
-@dataclass
-class EqsatLimits:
-    node_limit: int = 1000  # e-nodes per region
-    rounds: int = 6  # matching rounds per region
-    multi_rounds: int = 6  # rounds in which multi-output rules run (a k-way merge takes k - 1)
-    match_limit: int = 24  # sites applied per rule and round
-    multi_share: float = 0.5  # of the e-nodes the node limit leaves, what multi-output rules may add per round
-    extraction_share: float = 0.3  # of the region's time left for extraction
-    ilp: bool = False  # TENSAT's ILP candidate (slow in HiGHS beyond a few hundred e-nodes)
-    improve_tries: int = 96  # graphs extraction's local improvement builds and prices in vain before it stops
-    refine_budget: int = 4  # graphs backtracking expands from the extracted one (0: no refinement)
-    # graphs extraction's search over rule applications prices in vain before it stops (0: not run;
-    # 100: cheaper graphs on 4 of the 16 benchmark models, at a median 1.6x eqsat's time)
-    search_tries: int = 0
 
 
 def require_egglog() -> None:
@@ -215,7 +182,7 @@ class Dependencies:
 @dataclass
 class RuleSet:
     """The rules, with what saturation asks about each (by rule id), worked out once per search
-    rather than per region (the symmetry check alone took 0.1 s per region)."""
+    rather than per region (the symmetry check alone is costly)."""
 
     single: list[Rule]
     multi: list[Rule]
@@ -236,8 +203,65 @@ class RuleSet:
         )
 
 
+class Scheduler:
+    """Which rules a round runs, in which order and within which node budget (egg's
+    ``BackoffScheduler``, with what merges need):
+
+    - multi-output rules run in the first ``multi_rounds`` rounds (a k-way merge needs k - 1),
+      first, with ``multi_share`` of the e-nodes the node limit leaves (their merges pay most,
+      but the single-output rules' rewrites must not be starved either);
+    - within each kind, the rules the node limit stopped last round come first, so that no rule
+      is starved round after round for its place in the library;
+    - a rule that changes more than ``match_limit`` sites in a round is banned for 1, 2, 4, ...
+      rounds, so that an exploding rule (transposes, pairwise merges) does not starve the rest;
+    - a rule all of whose sites were applied is *complete*: the next round matches it only near
+      what changed (:func:`saturate`)."""
+
+    def __init__(self, rules: RuleSet, limits: EqsatLimits):
+        self.rules, self.limits = rules, limits
+        self.complete: set[int] = set()  # ids of the rules all of whose sites in the last snapshot were applied
+        self.banned: dict[int, tuple[int, int]] = {}  # rule id -> (first round it runs again, times banned)
+        self.starved: set[int] = set()  # ids of the rules the node limit stopped in the last round
+
+    def round(self, k: int, size: int) -> list[tuple[Rule, int]]:
+        """Round ``k``'s rules in order, each with the e-graph size it may grow to; ``size``:
+        the e-graph's size now. Forgets which rules were starved (they are starved again as
+        this round finds)."""
+        limits, starved = self.limits, self.starved
+        multi = self.rules.multi if k < limits.multi_rounds else []
+        batch = [r for r in multi if id(r) in starved] + [r for r in multi if id(r) not in starved]
+        single = self.rules.single
+        share = size + int((limits.node_limit - size) * limits.multi_share)
+        order = [(r, share) for r in batch]
+        order += [(r, limits.node_limit) for r in single if id(r) in starved]
+        order += [(r, limits.node_limit) for r in single if id(r) not in starved]
+        self.starved = set()
+        return order
+
+    def starve(self, rule: Rule) -> None:
+        self.starved.add(id(rule))
+
+    def take_complete(self, rule: Rule) -> bool:
+        """Whether ``rule`` was complete, forgetting it (it is complete again only if this
+        round applies every site it finds)."""
+        was = id(rule) in self.complete
+        self.complete.discard(id(rule))
+        return was
+
+    def mark_complete(self, rule: Rule) -> None:
+        self.complete.add(id(rule))
+
+    def is_banned(self, rule: Rule, k: int) -> bool:
+        return self.banned.get(id(rule), (0, 0))[0] > k
+
+    def ban(self, rule: Rule, k: int) -> None:
+        """Banned for 1, 2, 4, ... rounds after round ``k``, by how often it was banned before."""
+        times = self.banned.get(id(rule), (0, 0))[1]
+        self.banned[id(rule)] = (k + 1 + (1 << times), times + 1)
+
+
 def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, creator: dict,
-             original: dict, sites: list | None = None) -> tuple[str, int]:
+             original: dict, sites: list | None = None) -> tuple[Stop, int]:
     """Run the rules to saturation or a limit; (why it stopped, rounds run). ``original``: the
     input graph's e-node of each class (:func:`_load`); ``creator``: filled with the rule that
     made each e-node; ``sites``, when given, with each rule application's target e-nodes.
@@ -245,44 +269,30 @@ def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, c
     Matching is incremental: a rule whose every site was applied in the previous round it ran is
     matched only at sites with a root within its patterns' reach above a class that changed
     since then; a site elsewhere reads only unchanged classes, so it was found, and applied,
-    before. Multi-output sites are filtered before they are applied (:class:`Dependencies`)."""
-    single, multi = rules.single, rules.multi
+    before. Multi-output sites are filtered before they are applied (:class:`Dependencies`);
+    the rules run in the :class:`Scheduler`'s order."""
     view = eg.view
     memo: tuple[dict, dict] = ({}, {})
-    complete: set[int] = set()  # ids of the rules all of whose sites in the last snapshot were applied
-    banned: dict[int, tuple[int, int]] = {}  # rule id -> (first round it runs again, times banned)
-    starved: set[int] = set()  # ids of the rules the node limit stopped in the last round
+    scheduler = Scheduler(rules, limits)
     old = None
     for k in range(limits.rounds):
         changed = view.changed_since(old) if old is not None else None
-        near: dict[int, set] = {}
+        near: dict[int, set] = {}  # classes within a number of steps above a change
         dependencies = Dependencies(view, original)
         matcher = Matcher(eg, view, memo)
         applier = Applier(eg, view, matcher.shapes, creator, sites)
-        cut = False  # a rule's sites were left for a later round (limit or deadline)
-        # multi-output rules first, with a share of what the node limit leaves (their merges
-        # pay most, but the single-output rules' rewrites must not be starved either); within
-        # each, the rules the node limit stopped last round come first, so that no rule is
-        # starved round after round for its place in the library
-        batch = [r for r in multi if id(r) in starved] + [r for r in multi if id(r) not in starved]
-        if k >= limits.multi_rounds:
-            batch = []
-        share = view.size + int((limits.node_limit - view.size) * limits.multi_share)
-        order = batch + [r for r in single if id(r) in starved] + [r for r in single if id(r) not in starved]
-        starved = set()
-        for n, rule in enumerate(order):
-            budget = share if n < len(batch) else limits.node_limit
+        cut = False  # a rule's sites were left for a later round (limit, ban or deadline)
+        for rule, budget in scheduler.round(k, view.size):
             if time.perf_counter() > deadline or view.size + eg.pending > budget:
                 cut = True
-                starved.add(id(rule))
+                scheduler.starve(rule)
                 continue
-            was_complete = id(rule) in complete
-            complete.discard(id(rule))
-            if banned.get(id(rule), (0, 0))[0] > k:
+            was_complete = scheduler.take_complete(rule)
+            if scheduler.is_banned(rule, k):
                 cut = True
                 continue
             if any(op not in view.by_op for op in rule.root_ops):
-                complete.add(id(rule))
+                scheduler.mark_complete(rule)
                 continue
             roots_in = None
             if changed is not None and was_complete:
@@ -291,7 +301,7 @@ def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, c
                     near[steps] = view.ancestors(changed, steps)
                 roots_in = near[steps]
                 if not any(matcher.near(op, roots_in) for op in rule.root_ops):
-                    complete.add(id(rule))  # none of its root ops near a change: no new site
+                    scheduler.mark_complete(rule)  # none of its root ops near a change: no new site
                     continue
             accept = None
             if len(rule.src) > 1:
@@ -299,41 +309,38 @@ def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, c
                                  merge=id(rule) in rules.merging)
             applied, exhausted = 0, True
             for roots, env in matcher.matches(rule, roots_in, accept, rules.order[id(rule)]):
-                # at most match_limit changing sites per rule and round, then a ban, so that an
-                # exploding rule (transposes, pairwise merges) does not starve the rest
                 if applied >= limits.match_limit or view.size + eg.pending > budget:
                     cut, exhausted = True, False
-                    if applied >= limits.match_limit:  # egg's backoff: banned 1, 2, 4, ... rounds
-                        times = banned.get(id(rule), (0, 0))[1]
-                        banned[id(rule)] = (k + 1 + (1 << times), times + 1)
+                    if applied >= limits.match_limit:
+                        scheduler.ban(rule, k)
                     else:
-                        starved.add(id(rule))
+                        scheduler.starve(rule)
                     break
                 before = applier.changes
                 applier.apply(rule, roots, env)
                 applied += applier.changes > before
             if exhausted:
-                complete.add(id(rule))
+                scheduler.mark_complete(rule)
         if applier.changes == 0 and not cut:
-            return "saturated", k + 1
+            return Stop.SATURATED, k + 1
         old, view = view, eg.commit()
         if view.size >= limits.node_limit:
-            return "node limit", k + 1
+            return Stop.NODE_LIMIT, k + 1
         if time.perf_counter() > deadline:
-            return "deadline", k + 1
-    return "round limit", limits.rounds
+            return Stop.DEADLINE, k + 1
+    return Stop.ROUND_LIMIT, limits.rounds
 
 
 class EqsatRegion:
-    """The region search for :func:`tvm_taso.search.backtrack.search`'s ``region_search``."""
+    """Equality saturation as the :class:`~tvm_taso.search.regions.RegionSearch` of every region,
+    within ``options.eqsat``; with ``options.kind == "auto"``, backtracking too on small regions."""
 
-    def __init__(self, rules: list[Rule], cost: CostModel, limits: EqsatLimits | None = None,
-                 auto: bool = False, alpha: float = 1.05, budget: int = 200, patience: int = 64):
+    def __init__(self, rules: list[Rule], cost: CostModel, options: SearchOptions):
         require_egglog()
-        self.rules, self.cost = rules, cost
+        self.rules, self.cost, self.options = rules, cost, options
         self.rule_set = RuleSet.of(rules)
-        self.limits = limits or EqsatLimits()
-        self.auto, self.alpha, self.budget, self.patience = auto, alpha, budget, patience
+        self.limits = options.eqsat
+        self.auto = options.kind == "auto"
         self.kernel_memo: dict = {}
 
     def __call__(self, sub: Graph, deadline: float, stats: SearchStats):
@@ -347,14 +354,15 @@ class EqsatRegion:
         sat_deadline = start + (deadline - start) * (1 - self.limits.extraction_share)
         why, rounds = saturate(eg, self.rule_set, self.limits, sat_deadline, creator, original, sites)
         view = eg.view
-        stats.stopped[why] += 1
-        stats.regions_cut_short += why == "deadline"
+        stats.stop(why)
+        stats.regions_cut_short += why is Stop.DEADLINE
         stats.engines["eqsat"] += 1
         stats.egraph_nodes = max(stats.egraph_nodes, view.size)
         stats.egraph_classes = max(stats.egraph_classes, len(view.classes))
-        found = Extractor(eg, view, sub, roots, self.cost, creator, original, self.kernel_memo, sites or ()).run(
+        found = Extractor(eg, view, sub, roots, self.cost, creator=creator, original=original,
+                          kernel_memo=self.kernel_memo, sites=sites or ()).run(
             max(deadline, time.perf_counter() + 0.05), self.limits.ilp, self.limits.improve_tries,
-            self.limits.search_tries, self.alpha
+            self.limits.search_tries, self.options.alpha
         )
         stats.extraction_seconds += found.seconds
         stats.extraction_methods[found.method] += 1
@@ -373,9 +381,10 @@ class EqsatRegion:
             refined_better = False
             for graph, graph_cost, graph_path in starts:
                 scratch = SearchStats()
-                refined = backtrack.search_region(graph, self.rules, self.cost, self.alpha, self.limits.refine_budget,
+                refined = backtrack.search_region(graph, self.rules, self.cost,
                                                   max(deadline, time.perf_counter() + 0.05), scratch,
-                                                  self.limits.refine_budget)
+                                                  alpha=self.options.alpha, budget=self.limits.refine_budget,
+                                                  patience=self.limits.refine_budget)
                 stats.expanded += scratch.expanded
                 stats.candidates += scratch.candidates
                 if refined[1] < graph_cost - 1e-9:
@@ -387,8 +396,8 @@ class EqsatRegion:
             stats.refined += refined_better
         if self.auto and backtrack.runtime_ops(sub) <= AUTO_BOTH_OPS:
             stats.engines["backtrack"] += 1
-            other = backtrack.search_region(sub, self.rules, self.cost, self.alpha, self.budget,
-                                            max(deadline, time.perf_counter() + 0.05), stats, self.patience)
+            other = backtrack.Backtrack(self.rules, self.cost, self.options)(
+                sub, max(deadline, time.perf_counter() + 0.05), stats)
             if other[1] < best_cost - 1e-9:
                 best, best_cost, path = other
-        return best, best_cost, path
+        return Found(best, best_cost, path)

@@ -28,10 +28,10 @@ so extraction runs in two steps, and an optional third:
    whose chained concats fuse into one kernel the per-e-node prices cannot see), without
    matching the rules again.
 
-The ILP is off by default (:class:`tvm_taso.search.eqsat.EqsatLimits`): HiGHS took seconds on a
-few hundred e-nodes here, and its per-e-node prices misjudge fusion, so its graph rarely won. So
-is the search over rule applications: on the eight benchmark models at both sizes it took a
-median 1.6x eqsat's time (0.86-2.0x) for a cheaper graph on four of sixteen (see README).
+The ILP is off by default (:class:`tvm_taso.search.options.EqsatLimits`): HiGHS is slow beyond
+a few hundred e-nodes, and its per-e-node prices misjudge fusion, so its graph rarely wins. So
+is the search over rule applications, which costs more time than it finds gains
+(``benchmarks/extraction_search.py`` measures both).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Extraction:
 
 
 class Extractor:
-    def __init__(self, eg: EGraph, view: EGraphView, sub: Graph, roots: list[int], cost: CostModel,
+    def __init__(self, eg: EGraph, view: EGraphView, sub: Graph, roots: list[int], cost: CostModel, *,
                  creator: dict, original: dict, kernel_memo: dict, sites: list = ()):
         self.eg, self.view, self.sub = eg, view, sub
         self.roots = [view.find(r) for r in roots]  # the output classes now (after the unions)
@@ -281,8 +281,8 @@ class Extractor:
         g = Graph()
         for nid, node in self.sub.nodes.items():
             if node.op in LEAVES:
-                g.nodes[nid] = node
-        g._next = self.sub._next
+                g.put_leaf(nid, node)
+        g.continue_numbering(self.sub)
         used: dict = {}
         ref: dict = {}
         on_path: set = set()

@@ -1,41 +1,105 @@
-"""The search's options, checked once where a user gives them (``optimize``, ``TasoOptimize``):
-a value out of range is one ValueError line naming the option, what it got and what it takes."""
+"""The search's options, one :class:`SearchOptions` checked once where a user gives them
+(``optimize``, ``TasoOptimize``, the command line): a value out of range is one
+:class:`OptionError` line naming the option, what it got and what it takes."""
 
 from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass, field
+
+SEARCHES = ("backtrack", "eqsat", "auto")
+
+
+class OptionError(ValueError):
+    """An option out of range; ``option`` is its keyword name (a command line maps it to its flag)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option} {message}")
+        self.option = option
 
 
 def _real(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+        raise OptionError(name, f"must be a number, got {value!r}")
     return float(value)
 
 
 def _int(name: str, value, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        raise OptionError(name, f"must be an integer >= {least}, got {value!r}")
 
 
-def validate(alpha=1.05, budget=200, time_limit=60.0, region_size=32, min_gain=1e-6, guard_repeats=7) -> None:
-    """Raise ValueError for the first option out of range:
+@dataclass(frozen=True)
+class EqsatLimits:
+    """What bounds equality saturation in one region (:mod:`tvm_taso.search.eqsat`)."""
 
-    - ``alpha``: a finite number >= 1.0 (TASO's relaxation; 1.0 keeps only improvements);
+    node_limit: int = 1000  # e-nodes per region
+    rounds: int = 6  # matching rounds per region
+    multi_rounds: int = 6  # rounds in which multi-output rules run (a k-way merge takes k - 1)
+    match_limit: int = 24  # sites applied per rule and round
+    multi_share: float = 0.5  # of the e-nodes the node limit leaves, what multi-output rules may add per round
+    extraction_share: float = 0.3  # of the region's time left for extraction
+    ilp: bool = False  # TENSAT's ILP candidate (slow in HiGHS beyond a few hundred e-nodes)
+    improve_tries: int = 96  # graphs extraction's local improvement builds and prices in vain before it stops
+    refine_budget: int = 4  # graphs backtracking expands from the extracted one (0: no refinement)
+    # graphs extraction's search over rule applications prices in vain before it stops (0: not run;
+    # see benchmarks/extraction_search.py for what it finds and costs)
+    search_tries: int = 0
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Everything that steers one search, validated when made:
+
+    - ``alpha``: a finite number >= 1.0 (TASO's relaxation: graphs up to ``alpha`` times the
+      best cost are explored; 1.0 keeps only improvements);
     - ``budget``: an integer >= 1 (graphs expanded per region);
-    - ``time_limit``: seconds >= 0; ``float("inf")`` means no limit (0 searches nothing);
+    - ``time_limit``: seconds >= 0 for the whole search; ``float("inf")`` means no limit (0
+      searches nothing);
     - ``region_size``: an integer >= 2 (ops per region);
-    - ``min_gain``: a fraction in [0, 1) (the least relative gain a rewrite must bring);
-    - ``guard_repeats``: an integer >= 1.
+    - ``patience``: an integer >= 1 (expansions without a better graph before a region stops);
+    - ``min_gain``: a fraction in [0, 1) (the least relative gain a rewrite must bring; float
+      rounding is not a gain);
+    - ``kind``: one of :data:`SEARCHES`;
+    - ``eqsat``: the :class:`EqsatLimits` of ``kind="eqsat"``/``"auto"``;
+    - ``workers``: an integer >= 1 (processes searching regions).
     """
-    a = _real("alpha", alpha)
-    if not (math.isfinite(a) and a >= 1.0):
-        raise ValueError(f"alpha must be a finite number >= 1.0, got {alpha!r}")
-    _int("budget", budget, 1)
-    if _real("time_limit", time_limit) < 0:
-        raise ValueError(f"time_limit must be >= 0 seconds (inf for no limit), got {time_limit!r}")
-    _int("region_size", region_size, 2)
-    g = _real("min_gain", min_gain)
-    if not 0.0 <= g < 1.0:
-        raise ValueError(f"min_gain must be a fraction in [0, 1), got {min_gain!r}")
-    _int("guard_repeats", guard_repeats, 1)
+
+    alpha: float = 1.05
+    budget: int = 200
+    time_limit: float = 60.0
+    region_size: int = 32
+    patience: int = 64
+    min_gain: float = 1e-6
+    kind: str = "backtrack"
+    eqsat: EqsatLimits = field(default_factory=EqsatLimits)
+    workers: int = 1
+
+    def __post_init__(self):
+        a = _real("alpha", self.alpha)
+        if not (math.isfinite(a) and a >= 1.0):
+            raise OptionError("alpha", f"must be a finite number >= 1.0, got {self.alpha!r}")
+        _int("budget", self.budget, 1)
+        if _real("time_limit", self.time_limit) < 0:
+            raise OptionError("time_limit", f"must be >= 0 seconds (inf for no limit), got {self.time_limit!r}")
+        _int("region_size", self.region_size, 2)
+        _int("patience", self.patience, 1)
+        g = _real("min_gain", self.min_gain)
+        if not 0.0 <= g < 1.0:
+            raise OptionError("min_gain", f"must be a fraction in [0, 1), got {self.min_gain!r}")
+        if self.kind not in SEARCHES:
+            raise OptionError("search", f"must be one of {', '.join(SEARCHES)}, got {self.kind!r}")
+        if not isinstance(self.eqsat, EqsatLimits):
+            raise OptionError("eqsat", f"must be an EqsatLimits, got {self.eqsat!r}")
+        _int("workers", self.workers, 1)
+
+    def settings(self) -> dict:
+        """The options as the report lists them (JSON)."""
+        return {"alpha": self.alpha, "budget": self.budget, "time_limit": self.time_limit,
+                "region_size": self.region_size, "min_gain": self.min_gain, "search": self.kind}
+
+
+def check_repeats(name: str, value) -> None:
+    """OptionError unless ``value`` is a count of timing rounds (an integer >= 1)."""
+    _int(name, value, 1)

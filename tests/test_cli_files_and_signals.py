@@ -1,4 +1,4 @@
-"""Trust (issue 14), files and the command line: outputs with the right mode, written all or
+"""Files and signals on the command line: outputs with the right mode, written all or
 none, never half-written or left as temporary files (errors, SIGINT, SIGTERM); every output
 path checked before the search; unknown targets, unusable cache directories, inputs that are
 not regular files, empty or from the future: one clear line each; a user sees tvm-taso's own
@@ -382,7 +382,8 @@ def test_python_warnings_are_one_line_without_source():
 # tests/test_measure.py::test_worker_never_imports_from_the_working_directory.
 
 def test_learned_model_file_follows_no_symlink(tmp_path):
-    from tvm_taso.cost.training import search_kernels, train
+    from tvm_taso.cost.training import train
+    from tvm_taso.driver.kernels import search_kernels
 
     kernels = search_kernels(examples.parallel_matmuls(seq=8, hidden=16), target="llvm", time_limit=5)
     recs = [Record(key=k.key(), target=tvm_taso.target.canonical("llvm"), kernel=k.to_json(), status="ok",
@@ -443,7 +444,7 @@ def test_bad_options_are_exit_2_naming_the_option_as_typed(option, value, said, 
 def test_an_interrupted_search_clears_its_progress_bar_first(monkeypatch):
     """The progress bar and the final "interrupted" line shared one terminal line: the bar is
     closed (its line cleared) however the search ends."""
-    driver = sys.modules["tvm_taso.optimize"]  # the package exports the function under the same name
+    driver = sys.modules["tvm_taso.driver.optimize"]
 
     class Bar:
         closed = False
@@ -458,7 +459,7 @@ def test_an_interrupted_search_clears_its_progress_bar_first(monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(driver, "progress_bar", lambda desc, unit, total=None: Bar())
-    monkeypatch.setattr(driver, "_optimize_module", interrupted)
+    monkeypatch.setattr(driver, "_front_end", interrupted)
     with pytest.raises(KeyboardInterrupt):
         driver.optimize(examples.EXAMPLES["qkv"](), target="llvm", cost_model="analytic", progress=True)
     assert Bar.closed

@@ -1,4 +1,4 @@
-"""Issue 14, the engine and rule side: no silent wrong result from constant folding, user rules,
+"""The engine's safeguards: no silent wrong result from constant folding, user rules,
 BYOC functions, rounding "gains", non-finite costs, options, rule files, measurements or a
 search cut short. One test (or a few) per case, each reproducing it."""
 
@@ -207,7 +207,7 @@ def _selu_like():
 
 def test_rounding_is_not_a_gain_and_the_module_stays_untouched():
     from tvm_taso.ir.relax_bridge import block_graphs
-    from tvm_taso.search.backtrack import extract, regions
+    from tvm_taso.search.regions import extract, regions
 
     mod = _selu_like()
     (g,) = block_graphs(mod)

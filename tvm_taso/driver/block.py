@@ -1,0 +1,58 @@
+"""The block driver: one graph searched, its weights folded, and the result kept only if cheaper.
+
+Both front ends call :func:`search_block` on each graph they read (a Relax dataflow block,
+:mod:`.relax`; an ONNX model's graph, :mod:`.onnx`) and write back what it keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tvm_taso.cost.model import CostModel
+from tvm_taso.ir.graph import Graph, fold_constants
+from tvm_taso.rewrite.rule import Rule
+from tvm_taso.search import Judge, SearchOptions, SearchStats, search
+
+
+@dataclass
+class SearchRun:
+    """What one ``optimize`` call searches every graph with: the rules, the cost model, the
+    options, the deadline all of its searches share (a ``time.perf_counter()`` value), the region
+    ``judge`` if any, and ``progress()``, called after each region."""
+
+    rules: list[Rule]
+    cost: CostModel
+    options: SearchOptions
+    deadline: float
+    judge: Judge | None = None
+    progress: Callable[[], None] | None = None
+
+
+@dataclass
+class Outcome:
+    """One graph's search: ``graph`` is the result, weights folded (the graph searched when
+    nothing was ``kept``); costs by the run's cost model."""
+
+    graph: Graph
+    cost_before: float
+    cost_after: float
+    folded: int
+    kept: bool
+    stats: SearchStats = field(default_factory=SearchStats)
+
+
+def search_block(graph: Graph, run: SearchRun, accept=None) -> Outcome:
+    """Search ``graph``, fold the weights the rewrites combined, and keep the result only if it
+    is cheaper by more than ``run.options.min_gain`` (a fraction of its cost) and not the same
+    graph. ``accept(graph)``, when given, is called on each region's result and raises if the
+    front end could not write it back (that region is then left as it was)."""
+    before = run.cost.cost(graph)
+    stats = SearchStats()
+    g = search(graph, run.rules, run.cost, run.options, deadline=run.deadline, stats=stats, progress=run.progress,
+               judge=run.judge, accept=accept)
+    folded = fold_constants(g)
+    after = run.cost.cost(g)
+    if not after < before * (1.0 - run.options.min_gain) or g.structural_hash() == graph.structural_hash():
+        return Outcome(graph, before, before, 0, False, stats)
+    return Outcome(g, before, after, folded, True, stats)

@@ -1,0 +1,231 @@
+"""``optimize(mod)``: the search on every dataflow block of every Relax function, or on an ONNX
+model's graph, with the options checked once, the target parsed once and one report."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections import Counter
+
+import tvm
+import tvm_ffi
+
+from tvm_taso import target as targets
+from tvm_taso.cost.factory import make_cost_model
+from tvm_taso.cost.kernel_build import launched_kernels
+from tvm_taso.cost.model import CostModel
+from tvm_taso.driver.block import SearchRun
+from tvm_taso.driver.onnx import guard_onnx, optimize_onnx
+from tvm_taso.driver.relax import Result, optimize_relax
+from tvm_taso.driver.report import Report
+from tvm_taso.guard import RegionGuard
+from tvm_taso.guard import guard as measured_guard
+from tvm_taso.io.onnx_import import InputError
+from tvm_taso.io.onnx_model import OnnxModel
+from tvm_taso.progress import progress_bar
+from tvm_taso.rewrite.rule import Rule, default_rules
+from tvm_taso.search import SearchOptions, SearchStats, check_search
+from tvm_taso.search.options import check_repeats
+from tvm_taso.verify.admit import admit
+
+log = logging.getLogger("tvm_taso")
+
+
+class TasoSkippedWarning(UserWarning):
+    """Parts of the module were left as they were (unknown ops, symbolic shapes, ...)."""
+
+
+def optimize(
+    mod: tvm.IRModule,
+    target=None,
+    *,
+    rules: list[Rule] | None = None,
+    cost_model: CostModel | str | None = None,
+    alpha: float = 1.05,
+    budget: int = 200,
+    time_limit: float = 60.0,
+    region_size: int = 32,
+    progress: bool = False,
+    guard=False,
+    guard_repeats: int = 7,
+    min_gain: float = 1e-6,
+    search: str = "backtrack",
+    region_guard=None,
+    options: SearchOptions | None = None,
+) -> tuple[tvm.IRModule, dict]:
+    """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
+
+    Parameters
+    ----------
+    mod : the Relax IRModule (e.g. from ``relax.frontend.onnx.from_onnx``), or an ONNX model
+        from :func:`tvm_taso.load_onnx`: then ``new_mod`` is an ONNX model too, the same one
+        with only what the search rewrote replaced (:mod:`tvm_taso.driver.onnx`).
+    target : the TVM target the cost model prices for (str, dict or Target); default CPU.
+    rules : the substitutions; default the shipped library (proved or checked rules). Rules
+        from anywhere else are proved or checked before the search uses them, and refused
+        (left out, with a warning naming the counterexample) when they fail
+        (:func:`tvm_taso.verify.admit.admit`; ``load_rules(path, trust=True)`` skips this).
+    cost_model : a :class:`~tvm_taso.cost.model.CostModel`, or ``"auto"``, ``"analytic"``,
+        ``"measure"`` or ``"learned"`` (see :func:`~tvm_taso.cost.factory.make_cost_model`).
+    alpha : keep exploring graphs up to ``alpha`` times the best cost (TASO's relaxation).
+    budget : graphs expanded per region of the search.
+    time_limit : wall-clock bound for the whole search, in seconds.
+    region_size : ops per search region (the graph is split so time grows linearly).
+    min_gain : a rewritten region or block is kept only when it is cheaper by more than this
+        fraction of its cost (default 1e-6: float rounding is not a gain); otherwise the module
+        is returned untouched.
+    search : ``"backtrack"`` (TASO's search), ``"eqsat"`` (equality saturation with egglog,
+        TENSAT's search; needs ``pip install 'tvm-taso[eqsat]'``) or ``"auto"`` (eqsat, plus
+        backtracking on small regions, the cheaper kept); see :mod:`tvm_taso.search.eqsat`.
+        ``report["search"]`` says which ran per region, the seconds in the search proper
+        (``search_seconds`` also counts reading the module in, folding weights after the
+        search and writing it back), the largest e-graph and extraction time;
+        ``report["regions_stopped"]`` why each region stopped (``saturated``, ``node limit``,
+        ``round limit``, ``deadline``).
+    guard : compile the original and the rewritten module for ``target``, time them side by
+        side on this machine's device (``guard_repeats`` rounds), and keep the rewrite only if
+        it was faster in at least three rounds out of four (:func:`tvm_taso.guard.guard`);
+        otherwise return ``mod`` unchanged. Without a device for the target the rewrite is
+        kept and the report says so. A callable
+        ``guard(before, after) -> dict`` (with at least ``"kept"``) decides instead, e.g. on
+        MetaSchedule-tuned builds; its dict becomes ``report["guard"]``.
+    region_guard : decide region by region, during the search, from measurements: each
+        rewritten region is built and timed against the original region side by side on this
+        machine's device (``guard_repeats`` rounds), and only the regions measured faster are kept
+        (:class:`tvm_taso.guard.RegionGuard`; comparisons are stored, so a second run measures
+        nothing new). ``None`` (default): on when ``guard=True`` or the cost model measures
+        (``"measure"``) and the target's device is here; ``True``/``False`` force it; a
+        ``RegionGuard`` is used as is. ``report["region_guard"]`` lists every region's verdict
+        (speedup with quartiles, kept or dropped); the whole-module ``guard`` still has the last word.
+
+    Returns ``(new_mod, report)``; the report is strict JSON (``json.dumps(report,
+    allow_nan=False)`` works): ``cost_before``, ``cost_after`` (microseconds, by the cost model;
+    ``None`` with a line in ``notes`` when not finite), ``search_seconds``, ``expanded``,
+    ``applied`` (rule name -> count, only rewrites present in ``new_mod``), ``skipped`` (what was
+    left alone and why), ``rules_refused``, ``kernels_before`` and ``kernels_after`` (kernels
+    TVM launches for the module's Relax functions, opaque ones included; for an ONNX model, the
+    fusion model's count on its graph, :func:`tvm_taso.cost.model.kernel_count`),
+    ``regions_dropped`` (rewritten regions that could not be spliced back, with their rules and
+    why) and more. Functions marked ``Primitive``, ``Composite`` or ``Codegen`` (BYOC partitions) are
+    left alone.
+
+    options : a :class:`~tvm_taso.search.options.SearchOptions` instead of ``alpha``, ``budget``,
+        ``time_limit``, ``region_size``, ``min_gain`` and ``search`` (and with more: the
+        backtracking's ``patience``, eqsat's limits).
+
+    Raises ValueError (one line) for an option out of range and
+    :class:`~tvm_taso.target.TargetError` for a target TVM does not know.
+    """
+    if options is None:
+        options = SearchOptions(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size,
+                                min_gain=min_gain, kind=search)
+    check_repeats("guard_repeats", guard_repeats)
+    check_search(options.kind)
+    named = target is not None or tvm.target.Target.current(allow_none=True) is not None
+    target = targets.resolve(target)  # an unknown target: one line listing what is accepted
+    started = time.perf_counter()
+    deadline = started + options.time_limit  # checking a user's rules counts in it
+    refused: list = []
+    rules = default_rules() if rules is None else admit(list(rules), refused=refused, deadline=deadline,
+                                                         progress=progress)
+    rules_seconds = time.perf_counter() - started
+    cost = make_cost_model(cost_model, target)
+    judge = _region_guard(region_guard, guard, cost, target, guard_repeats)
+    report = Report({}, str(target) if named else None, options, guard, SearchStats(), Counter(),
+                    started, rules_seconds=rules_seconds, rules_refused=refused)
+    bar = progress_bar("tvm-taso search", "region") if progress else None
+    run = SearchRun(rules, cost, options, deadline, judge, bar.update if bar is not None else None)
+    try:
+        result = _front_end(mod, run, report)
+    finally:  # an interrupted search too: the bar's line is cleared before anything else is printed
+        if bar is not None:
+            bar.close()
+    new_mod = result.model
+    if new_mod is not mod and not isinstance(mod, OnnxModel) and tvm_ffi.structural_equal(new_mod, mod):
+        # every rewrite was undone by a later one: the module is the same, so say nothing was applied
+        new_mod, result.cost_after = mod, result.cost_before
+        report.stats.forget_results()
+    report.cost_model = cost.describe()  # after the search: it counts what was measured
+    report.cost_before, report.cost_after = result.cost_before, result.cost_after
+    report.search_cost_after, report.folded = result.cost_after, result.folded
+    report.seconds = time.perf_counter() - started
+    report.region_guard = judge.summary(report.stats.decisions) if judge is not None else None
+    if guard and new_mod is not mod:
+        report.judged(_whole_model_guard(guard, mod, new_mod, target, guard_repeats))
+        if report.reverted:
+            new_mod = mod
+    _count_kernels(report, result, mod, new_mod, target)
+    if report.stats.regions_cut_short:
+        log.warning("time_limit=%gs cut the search short in %d region(s); the result may differ "
+                    "from run to run (raise time_limit, or bound the search by budget)",
+                    options.time_limit, report.stats.regions_cut_short)
+    skipped = report.skipped
+    if skipped:
+        warnings.warn(
+            "tvm-taso left parts of the module as they were: "
+            + "; ".join(f"{what} (x{n})" for what, n in sorted(skipped.items())),
+            TasoSkippedWarning,
+            stacklevel=2,
+        )
+    log.info("cost %.1f -> %.1f us in %.2f s, applied %s", report.cost_before, report.cost_after, report.seconds,
+             dict(report.stats.applied))
+    return new_mod, report.to_json()
+
+
+def _front_end(mod, run: SearchRun, report: Report) -> Result:
+    """``mod`` searched by the front end for its kind (ONNX or Relax). On the ONNX path an
+    internal failure keeps the model, with a line in the report's ``skipped``; the Relax path
+    keeps each function whose search failed."""
+    if not isinstance(mod, OnnxModel):
+        return optimize_relax(mod, run, report.stats, report.skipped)
+    try:
+        result = optimize_onnx(mod, run, report.stats, report.skipped)
+    except InputError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the pass's promise: an internal failure keeps the model
+        log.debug("optimizing %s failed", mod.name, exc_info=True)
+        report.skipped[f"{mod.name}: left as is after an internal error ({type(err).__name__}: {err})"] += 1
+        report.stats.forget_results()
+        return Result(mod)
+    report.facts = result.facts
+    return result
+
+
+def _whole_model_guard(guard, mod, new_mod, target, repeats: int) -> dict:
+    """The verdict on the rewritten model as a whole (see ``optimize``'s ``guard``)."""
+    if callable(guard):
+        return guard(mod, new_mod)
+    if isinstance(mod, OnnxModel):
+        return guard_onnx(mod, new_mod, target, repeats)
+    return measured_guard(mod, new_mod, target, repeats)
+
+
+def _count_kernels(report: Report, result: Result, mod, new_mod, target) -> None:
+    """Kernels before and after: TVM's for a Relax module; for an ONNX model, the fusion model's
+    on the engine graph (TVM's importer refuses many exports)."""
+    if isinstance(mod, OnnxModel):
+        report.kernels_before = report.facts.pop("kernels_before", None)
+        after = report.facts.pop("kernels_after", None)
+        report.kernels_after = report.kernels_before if new_mod is mod else after
+    else:
+        report.kernels_before = launched_kernels(mod, target)
+        report.kernels_after = report.kernels_before if new_mod is mod else launched_kernels(new_mod, target)
+
+
+def _region_guard(region_guard, guard, cost, target, repeats: int) -> RegionGuard | None:
+    """The region judge ``optimize`` was asked for (see its ``region_guard``), or None."""
+    if isinstance(region_guard, RegionGuard):
+        return region_guard
+    if region_guard not in (None, True, False):
+        raise ValueError(f"region_guard must be None, True, False or a RegionGuard, got {region_guard!r}")
+    if region_guard is False:
+        return None
+    if region_guard is None and not (guard is True or cost.name == "measure"):
+        return None
+    if targets.device(target) is None:
+        if region_guard:
+            log.warning("region_guard: no %s device here to time regions on; deciding by the cost model",
+                        targets.kind(target))
+        return None
+    return RegionGuard(target, repeats=repeats)

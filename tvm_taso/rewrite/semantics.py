@@ -1,0 +1,133 @@
+"""What the rule language means, whichever matcher reads it: a node's attributes matched against
+an op pattern's (:func:`match_attributes`), the value of an attribute expression under a match's
+bindings (:func:`evaluate_attr`), and whether a rule's conditions hold at a site
+(:func:`conditions_hold`).
+
+Three matchers find sites of the same rules: :mod:`tvm_taso.rewrite.match` in a graph,
+:mod:`tvm_taso.search.ematch` in an e-graph and :mod:`tvm_taso.rewrite.dpl` in a Relax function.
+Each binds tensor variables to refs of the values it matched (attribute variables to values,
+under ``"@"`` + their name) and answers what conditions ask of a bound tensor through
+:class:`~tvm_taso.ir.graph.Values`, so that a rule means the same to all three.
+
+``why`` is None in the search; a list when someone asks why a rule does not match, and then the
+first failing check appends its reason (the messages are only built in that case).
+"""
+
+from __future__ import annotations
+
+from tvm_taso.ir import ops
+from tvm_taso.ir.graph import Values
+from tvm_taso.ir.ops import OpError
+from tvm_taso.rewrite.rule import FUNCTIONS, TENSOR_FUNCTIONS, Call, Op, Rule, Tup, Var, show, show_value
+
+# What evaluating an attribute expression may raise on a site it does not fit (a dim past the
+# rank, a target op rejecting its operands...): the site is then no site.
+EVALUATION_ERRORS = (OpError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError)
+
+
+def fail(why: list, reason: str) -> None:
+    """Record why a check failed; None, the failed match."""
+    why.append(reason)
+    return None
+
+
+def same_value(a, b) -> bool:
+    """Whether two attribute values are equal (floats to 1e-12, sequences item by item)."""
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return abs(float(a) - float(b)) <= 1e-12 * max(1.0, abs(float(a)))
+        except (TypeError, ValueError):
+            return False
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def match_attributes(pat: Op, attrs: dict, env: dict, why: list | None = None) -> dict | None:
+    """``env`` extended by matching a node's attributes against ``pat``'s: attribute patterns
+    for the attributes it names, the op's defaults for the others; None if they do not match."""
+    given = dict(pat.attrs)
+    defaults = ops.OPS[pat.op].defaults
+    for name, value in attrs.items():
+        if name in given:
+            env = _match_attr(given[name], value, env, why)
+            if env is None:
+                if why is not None:
+                    why[-1] = f"{pat.op} attribute {name} {why[-1]}"
+                return None
+        elif name in defaults and not same_value(defaults[name], value):
+            return None if why is None else fail(why, f"{pat.op} attribute {name} is {show_value(value)}, not the default {show_value(defaults[name])}")
+    return env
+
+
+def _match_attr(pat, value, env: dict, why: list | None = None) -> dict | None:
+    if isinstance(pat, Var):
+        key = "@" + pat.name
+        if key in env:
+            if same_value(env[key], value):
+                return env
+            return None if why is None else fail(why, f"is {show_value(value)}, but ?{pat.name} is already {show_value(env[key])}")
+        env = dict(env)
+        env[key] = value
+        return env
+    if isinstance(pat, Tup):
+        if not isinstance(value, tuple) or len(value) != len(pat.items):
+            return None if why is None else fail(why, f"is {show_value(value)}, not {len(pat.items)} values {show(pat)}")
+        for i, (p, v) in enumerate(zip(pat.items, value)):
+            env = _match_attr(p, v, env, why)
+            if env is None:
+                if why is not None:
+                    why[-1] = f"is {show_value(value)}: item {i} {why[-1]}"
+                return None
+        return env
+    if isinstance(pat, Call):  # the parser lifts these into conditions; a rule built in code may not
+        if same_value(evaluate_attr(pat, env, None), value):
+            return env
+        return None if why is None else fail(why, f"is {show_value(value)}, not {show(pat)}")
+    if same_value(pat, value):
+        return env
+    return None if why is None else fail(why, f"is {show_value(value)}, not {show(pat)}")
+
+
+def conditions_hold(rule: Rule, env: dict, values: Values, why: list | None = None) -> bool:
+    """Whether every condition of ``rule`` holds under the bindings ``env`` of a site, its
+    tensors read through ``values``."""
+    for cond in rule.conds:
+        try:
+            ok = evaluate_attr(cond, env, values)
+        except EVALUATION_ERRORS as err:
+            if why is not None:
+                why.append(f"condition {show(cond)} cannot be evaluated: {type(err).__name__} {err}")
+            return False
+        if not ok:
+            if why is not None:
+                why.append(f"condition {show(cond)} is false")
+            return False
+    return True
+
+
+def evaluate_attr(x, env: dict, values: Values | None):
+    """Value of an attribute expression under the bindings of a match, the tensors it reads
+    (``dim``, ``rank``, ``shape``, ``const?``) read through ``values``."""
+    if isinstance(x, Var):
+        if "@" + x.name in env:
+            return env["@" + x.name]
+        raise KeyError(x.name)
+    if isinstance(x, Tup):
+        return tuple(evaluate_attr(i, env, values) for i in x.items)
+    if isinstance(x, Call):
+        if x.fn in TENSOR_FUNCTIONS:
+            ref = env[x.args[0].name]
+            if x.fn == "const?":
+                return values.is_constant(ref)
+            shape = values.type_of(ref).shape
+            if x.fn == "rank":
+                return len(shape)
+            if x.fn == "shape":
+                return shape
+            k = evaluate_attr(x.args[1], env, values)
+            if not -len(shape) <= k < len(shape):
+                raise OpError(f"dim {k} of rank {len(shape)}")
+            return shape[k]
+        return FUNCTIONS[x.fn](*(evaluate_attr(a, env, values) for a in x.args))
+    return x
