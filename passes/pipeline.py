@@ -18,16 +18,20 @@ def taso_pipeline(**taso_options) -> tvm.transform.Pass:
     def _pipeline(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         target = tvm.target.Target.current(allow_none=True)
         mod = TasoOptimize(target=target, **taso_options)(mod)
-        if target is not None and targets.is_gpu(target):
-            try:
-                rest = relax.get_default_pipeline(target)
-            except (ValueError, AttributeError):
-                rest = relax.get_pipeline("default")
-        else:
-            rest = relax.get_pipeline("default")
-        return rest(mod)
+        return build_pipeline(target)(mod)
 
     return _pipeline
+
+
+def build_pipeline(target) -> tvm.transform.Pass:
+    """The Relax pipeline ``tvm.compile`` would use for ``target`` (None: the CPU): the target's
+    own on GPUs, the generic one on CPUs."""
+    if target is not None and targets.is_gpu(target):
+        try:
+            return relax.get_default_pipeline(targets.parse(target))
+        except (ValueError, AttributeError):
+            pass
+    return relax.get_pipeline("default")
 
 
 def register() -> None:

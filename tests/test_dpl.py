@@ -94,6 +94,17 @@ def zoo_body(bb, x, y, img):
     outs += [e(op.concat(halves, axis=1))]  # concat-of-convs-to-group-conv
     wide = e(op.concat([const(4, 2, 1, 1, seed=13), const(4, 2, 1, 1, seed=14)], axis=0))
     outs += [e(nn.conv2d(e(op.concat([img, relu_img], axis=1)), wide, groups=4))]  # group-conv-of-concats
+    biased = e(op.add(conv, const(1, 6, 1, 1, seed=15)))
+    bn = nn.batch_norm(biased, gamma, beta, mean, var, axis=1, training=False)  # fold-batch-norm-into-conv-bias
+    outs += [e(relax.TupleGetItem(e(bn), 0))]
+    rows = e(op.matmul(e(op.reshape(x, (12, 8))), a))  # PyTorch's Linear: rows flattened, reshaped back
+    outs += [e(op.reshape(rows, (2, 6, 8)))]  # matmul-of-flattened-rows
+    outs += [e(op.reshape(e(op.add(rows, const(8, seed=16))), (2, 6, 8)))]  # matmul-bias-of-flattened-rows
+    outs += [e(op.reshape(rows, (6, 2, 8)))]  # near miss: not the rows' own batch shape
+    heads = e(op.reshape(ca, (2, 2, 12, 4)))
+    keys = e(op.reshape(e(op.permute_dims(heads, [0, 1, 3, 2])), (4, 4, 12)))
+    flat = e(op.matmul(e(op.reshape(heads, (4, 12, 4))), keys))
+    outs += [e(op.reshape(flat, (2, 2, 12, 12)))]  # batch-matmul-of-flattened
     return outs
 
 

@@ -171,6 +171,16 @@ def fold_batch_norm_into_conv(c):
     return [bn[0]]
 
 
+def fold_batch_norm_into_conv_bias(c):
+    """PyTorch's form: the conv's bias added before the batch norm."""
+    cin, o = c.d(1, 3), c.d(1, 4)
+    x = c.input(c.d(1, 2), cin, c.d(3, 6), c.d(3, 6))
+    y = c.op("add", c.conv(x, c.const(o, cin, 3, 3), padding=pad4(1)), c.const(1, o, 1, 1))
+    bn = c.op("batch_norm", y, c.const(o), c.const(o), c.const(o), c.const(o, positive=True), axis=1, epsilon=1e-5,
+              momentum=0.1, training=False)
+    return [bn[0]]
+
+
 def fold_channel_mul_into_conv(c):
     cin, o = c.d(), c.d()
     x = c.input(1, cin, c.d(3, 6), c.d(3, 6))
@@ -232,6 +242,32 @@ def conv_sum_same_input(c):
     attrs = dict(strides=(2, 2), padding=pad4(1), groups=groups)
     w = (o, cin // groups, 3, 3)
     return [c.op("add", c.conv(x, c.const(*w), **attrs), c.conv(x, c.const(*w), **attrs))]
+
+
+def _flattened_rows(c, bias: bool):
+    """A matmul of a batch of rows flattened to a matrix, reshaped back (PyTorch's Linear)."""
+    lead, k, n = (c.d(1, 3), c.d(1, 3), c.d()), c.d(), c.d()
+    x = c.input(*lead, k)
+    rows = int(np.prod(lead))
+    y = c.op("matmul", c.op("reshape", x, shape=(rows, k)), c.const(k, n))
+    if bias:
+        y = c.op("add", y, c.const(n))
+    return [c.op("reshape", y, shape=(*lead, n))]
+
+
+def matmul_of_flattened_rows(c):
+    return _flattened_rows(c, bias=False)
+
+
+def matmul_bias_of_flattened_rows(c):
+    return _flattened_rows(c, bias=True)
+
+
+def batch_matmul_of_flattened(c):
+    b, h, m, k, p = c.d(1, 2), c.d(1, 3), c.d(), c.d(), c.d()
+    a, w = c.input(b, h, m, k), c.input(b, h, k, p)
+    y = c.op("matmul", c.op("reshape", a, shape=(b * h, m, k)), c.op("reshape", w, shape=(b * h, k, p)))
+    return [c.op("reshape", y, shape=(b, h, m, p))]
 
 
 def matmul_assoc_right(c):
@@ -427,6 +463,7 @@ CASES = {
     "merge-parallel-convs-bias": merge_parallel_convs_bias,
     "merge-parallel-convs-bias-relu": merge_parallel_convs_bias_relu,
     "fold-batch-norm-into-conv": fold_batch_norm_into_conv,
+    "fold-batch-norm-into-conv-bias": fold_batch_norm_into_conv_bias,
     "fold-channel-mul-into-conv": fold_channel_mul_into_conv,
     "fold-scalar-mul-into-conv": fold_scalar_mul_into_conv,
     "fold-scalar-mul-into-matmul": fold_scalar_mul_into_matmul,
@@ -436,6 +473,9 @@ CASES = {
     "matmul-sum-same-lhs": matmul_sum_same_lhs,
     "matmul-sum-to-concat": matmul_sum_to_concat,
     "conv-sum-same-input": conv_sum_same_input,
+    "matmul-of-flattened-rows": matmul_of_flattened_rows,
+    "matmul-bias-of-flattened-rows": matmul_bias_of_flattened_rows,
+    "batch-matmul-of-flattened": batch_matmul_of_flattened,
     "matmul-assoc-right": matmul_assoc_right,
     "matmul-assoc-left": matmul_assoc_left,
     "add-of-concats": add_of_concats,
@@ -661,3 +701,35 @@ def test_conv_merge_is_refused_when_it_would_create_a_cycle():
     sites = list(find_matches(c.g, RULES["merge-conv-shared-input"]))
     assert sites
     assert all(apply(c.g, s) is None for s in sites)
+
+
+def test_batch_norm_fold_with_bias_needs_inference_mode_and_a_channel_bias():
+    def training(c):
+        y = c.op("add", c.conv(c.input(1, 3, 5, 5), c.const(4, 3, 3, 3)), c.const(1, 4, 1, 1))
+        bn = c.op("batch_norm", y, *[c.const(4, positive=True) for _ in range(4)], axis=1, training=True)
+        return [bn[0]]
+
+    def not_a_channel_bias(c):  # a bias per pixel is not a per-channel constant to fold
+        y = c.op("add", c.conv(c.input(1, 3, 5, 5), c.const(4, 3, 3, 3), padding=pad4(1)), c.const(1, 4, 5, 5))
+        bn = c.op("batch_norm", y, *[c.const(4, positive=True) for _ in range(4)], axis=1)
+        return [bn[0]]
+
+    _no_sites("fold-batch-norm-into-conv-bias", training)
+    _no_sites("fold-batch-norm-into-conv-bias", not_a_channel_bias)
+
+
+def test_flattened_rows_rules_need_the_rows_flattened_whole():
+    """A reshape that does not keep the last axis (the rows' width) is not a flattened batch
+    of rows: the matmul then mixes elements of different rows."""
+    def regrouped(c):
+        x = c.input(2, 4, 6)
+        y = c.op("matmul", c.op("reshape", x, shape=(4, 12)), c.const(12, 6))
+        return [c.op("reshape", y, shape=(2, 2, 6))]
+
+    def other_shape_back(c):
+        x = c.input(2, 4, 6)
+        y = c.op("matmul", c.op("reshape", x, shape=(8, 6)), c.const(6, 5))
+        return [c.op("reshape", y, shape=(4, 2, 5))]
+
+    for build in (regrouped, other_shape_back):
+        _no_sites("matmul-of-flattened-rows", build)

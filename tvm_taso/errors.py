@@ -5,3 +5,9 @@ one that usually does: :class:`InputError` is raised by ONNX and PyTorch import,
 
 class InputError(ValueError):
     """A model or argument tvm-taso cannot use; the message says what and how to fix it."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type when it has none): what a one-line
+    error quotes of an error raised by a library."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]

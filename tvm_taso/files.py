@@ -16,6 +16,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from tvm_taso.errors import InputError
+
 TEMP_PREFIX = ".tvm-taso-"
 _SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
@@ -24,7 +26,7 @@ class OutputPathError(ValueError):
     """An output path that cannot be written; the message names it (not a temporary file)."""
 
 
-class InputFileError(ValueError):
+class InputFileError(InputError):
     """An input path that is not a regular file tvm-taso can read; the message names it."""
 
 

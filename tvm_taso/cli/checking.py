@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from tvm_taso.errors import InputError
+from tvm_taso.errors import InputError, first_line
 from tvm_taso.numerics import TOLERANCE, array_relative_error, tolerance
 
 
@@ -45,17 +45,17 @@ def check_onnx(original, optimized, seed: int = 0) -> dict:
     try:
         before = _session(original.proto)
     except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types
-        raise InputError(f"{original.name}: onnxruntime cannot load the original model ({_first_line(err)}); "
+        raise InputError(f"{original.name}: onnxruntime cannot load the original model ({first_line(err)}); "
                          "--check needs a model onnxruntime runs") from None
     try:
         after = _session(optimized.proto)
     except Exception as err:  # noqa: BLE001
-        raise CheckFailed(f"--check: onnxruntime cannot load the optimized model ({_first_line(err)}); "
+        raise CheckFailed(f"--check: onnxruntime cannot load the optimized model ({first_line(err)}); "
                           "nothing written") from None
     ranges = integer_ranges(original)
     sizes = [original.dims] + ([original.second_dims()] if original.dims else [])
-    outputs: dict[str, dict] = {}
-    runs = []
+    comparison = _Comparison()
+    runs = comparison.runs
     cases = []
     for k, dims in enumerate(sizes):
         feeds = random_feeds(original, dims, ranges, seed + k)
@@ -68,56 +68,113 @@ def check_onnx(original, optimized, seed: int = 0) -> dict:
             expected = dict(zip([o.name for o in before.get_outputs()], before.run(None, feeds)))
         except Exception as err:  # noqa: BLE001
             if k == 0:
-                raise InputError(f"{original.name}: onnxruntime cannot run the original model ({_first_line(err)}); "
+                raise InputError(f"{original.name}: onnxruntime cannot run the original model ({first_line(err)}); "
                                  "--check needs a model onnxruntime runs") from None
-            runs.append({"dims": dims, "skipped": f"the original does not run at these sizes: {_first_line(err)}"})
+            runs.append({"dims": dims, "skipped": f"the original does not run at these sizes: {first_line(err)}"})
             continue
         try:
             got = dict(zip([o.name for o in after.get_outputs()], after.run(None, feeds)))
         except Exception as err:  # noqa: BLE001
             raise CheckFailed(f"--check: the optimized model fails in onnxruntime at {dims or 'its shapes'} "
-                              f"({_first_line(err)}); nothing written") from None
-        noise = _rounding_noise(before, feeds, expected, seed + k)
+                              f"({first_line(err)}); nothing written") from None
+        names = [o.name for o in before.get_outputs()]
+        noise = _rounding_noise(lambda f: dict(zip(names, before.run(None, f))), feeds, expected, seed + k)
+        comparison.add(expected, got, noise)
+        runs.append({"dims": dims, "inputs": {n: list(a.shape) for n, a in feeds.items()}})
+    return comparison.result("onnxruntime")
+
+
+def check_exported(program, optimized, seed: int = 0) -> dict:
+    """Run a ``torch.export`` program in eager PyTorch and ``optimized`` (the Relax module made
+    from it, then optimized) through TVM on this CPU, on the same random inputs, and compare
+    their outputs in order as :func:`check_onnx` does (the result has the same fields).
+
+    Raises :class:`InputError` when the program does not run in eager PyTorch or has dynamic
+    dimensions, :class:`CheckFailed` when the optimized module does not build or run."""
+    import torch
+
+    from tvm_taso import runtime
+
+    try:
+        feeds = dict(enumerate(runtime.inputs_for(optimized, seed=seed)))
+    except (TypeError, ValueError) as err:
+        raise InputError(f"--check runs the program at fixed sizes; its inputs have dynamic dimensions "
+                         f"({first_line(err)})") from None
+    eager = program.module()
+
+    def run_eager(f: dict) -> dict:
+        with torch.no_grad():
+            out = eager(*[torch.from_numpy(np.ascontiguousarray(a)) for _, a in sorted(f.items())])
+        return {f"output {k}": t.detach().numpy() for k, t in enumerate(torch.utils._pytree.tree_leaves(out))}
+
+    try:
+        expected = run_eager(feeds)
+    except Exception as err:  # noqa: BLE001 - PyTorch raises many types
+        raise InputError(f"eager PyTorch cannot run the program ({first_line(err)}); --check needs one it runs") \
+            from None
+    try:
+        got = dict(zip(expected, runtime.run(optimized, [a for _, a in sorted(feeds.items())])))
+    except Exception as err:  # noqa: BLE001 - TVM raises many types
+        raise CheckFailed(f"--check: the optimized module does not build or run through TVM ({first_line(err)}); "
+                          "nothing written") from None
+    comparison = _Comparison()
+    comparison.add(expected, got, _rounding_noise(run_eager, feeds, expected, seed))
+    comparison.runs.append({"dims": {}, "inputs": {f"input {k}": list(a.shape) for k, a in feeds.items()}})
+    return comparison.result("PyTorch eager against TVM (llvm)")
+
+
+class _Comparison:
+    """Outputs compared over one or more runs: for each, its largest relative error, within the
+    tolerance of its dtype plus the original's rounding noise."""
+
+    def __init__(self):
+        self.outputs: dict[str, dict] = {}
+        self.runs: list[dict] = []
+
+    def add(self, expected: dict, got: dict, noise: dict) -> None:
         for name, value in expected.items():
             err = array_relative_error(value, got[name]) if name in got else math.inf
             tol = tolerance(np.asarray(value).dtype)
             allowed = tol + NOISE_FACTOR * noise.get(name, 0.0)
-            entry = outputs.setdefault(name, {"max_relative_error": 0.0, "tolerance": tol, "noise": 0.0,
-                                              "dtype": str(np.asarray(value).dtype), "ok": True})
+            entry = self.outputs.setdefault(name, {"max_relative_error": 0.0, "tolerance": tol, "noise": 0.0,
+                                                   "dtype": str(np.asarray(value).dtype), "ok": True})
             entry["noise"] = max(entry["noise"], noise.get(name, 0.0))
             if err > entry["max_relative_error"]:
                 entry["max_relative_error"] = err
                 entry["where"] = _where(value, got.get(name))
             entry["ok"] = entry["ok"] and err <= allowed
-        runs.append({"dims": dims, "inputs": {n: list(a.shape) for n, a in feeds.items()}})
-    worst = max(outputs, key=lambda n: (not outputs[n]["ok"], outputs[n]["max_relative_error"] - outputs[n]["tolerance"]),
-                default=None)
-    by_dtype: dict[str, float] = {}
-    for entry in outputs.values():
-        by_dtype[entry["dtype"]] = max(by_dtype.get(entry["dtype"], 0.0), entry["max_relative_error"])
-    return {
-        "ok": all(o["ok"] for o in outputs.values()),
-        "max_relative_error": max(by_dtype.values(), default=0.0),
-        "max_relative_error_by_dtype": by_dtype,
-        "tolerance": outputs[worst]["tolerance"] if worst else TOLERANCE,
-        "worst_output": worst,
-        "outputs": outputs,
-        "runs": runs,
-        "skipped": [f"{r['dims']}: {r['skipped']}" for r in runs if "skipped" in r],
-        "runtime": "onnxruntime",
-    }
+
+    def result(self, runtime: str) -> dict:
+        outputs, runs = self.outputs, self.runs
+        worst = max(outputs, key=lambda n: (not outputs[n]["ok"],
+                                            outputs[n]["max_relative_error"] - outputs[n]["tolerance"]), default=None)
+        by_dtype: dict[str, float] = {}
+        for entry in outputs.values():
+            by_dtype[entry["dtype"]] = max(by_dtype.get(entry["dtype"], 0.0), entry["max_relative_error"])
+        return {
+            "ok": all(o["ok"] for o in outputs.values()),
+            "max_relative_error": max(by_dtype.values(), default=0.0),
+            "max_relative_error_by_dtype": by_dtype,
+            "tolerance": outputs[worst]["tolerance"] if worst else TOLERANCE,
+            "worst_output": worst,
+            "outputs": outputs,
+            "runs": runs,
+            "skipped": [f"{r['dims']}: {r['skipped']}" for r in runs if "skipped" in r],
+            "runtime": runtime,
+        }
 
 
-def _rounding_noise(session, feeds: dict, expected: dict, seed: int) -> dict[str, float]:
+def _rounding_noise(run, feeds: dict, expected: dict, seed: int) -> dict[str, float]:
     """How far each float output of the original moves when its float inputs move by one unit
     in the last place: the rounding noise of the computation itself. An output whose exact value
     is near zero (a difference of equal terms) is all noise, and a rewrite that computes it more
-    exactly differs from the original by that much; the check allows it."""
+    exactly differs from the original by that much; the check allows it. ``run(feeds)``: the
+    original's outputs by name."""
     rng = np.random.default_rng(seed)
     nudged = {name: np.nextafter(a, np.where(rng.random(a.shape) < 0.5, np.inf, -np.inf).astype(a.dtype))
               if a.dtype.kind == "f" else a for name, a in feeds.items()}
     try:
-        moved = dict(zip([o.name for o in session.get_outputs()], session.run(None, nudged)))
+        moved = run(nudged)
     except Exception:  # noqa: BLE001 - no estimate: no allowance
         return {}
     return {name: array_relative_error(value, moved[name]) for name, value in expected.items()
@@ -151,10 +208,6 @@ def check_line(result: dict) -> str:
     errors = ", ".join(f"{err:.2e} ({dtype})" for dtype, err in sorted(result["max_relative_error_by_dtype"].items()))
     skipped = "; skipped: " + "; ".join(result["skipped"]) if result["skipped"] else ""
     return f"max relative error {errors or 'none (no outputs)'} via {result['runtime']} (ok{skipped})"
-
-
-def _first_line(err) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _session(proto):

@@ -38,16 +38,18 @@ def add_model_commands(sub) -> None:
     ex.set_defaults(func=cmd_example)
 
     def model_args(sp):
-        sp.add_argument("input", help="the ONNX model")
+        sp.add_argument("input", help="the ONNX model, or a saved torch.export program (.pt2)")
         sp.add_argument("--target", default="llvm", help="llvm, cuda, or a JSON target (default llvm)")
         sp.add_argument("--shape", action="append", metavar="NAME=1x3x224x224",
                         help="sizes for an input with dynamic dimensions (repeatable); optimize prices at them "
                         "(default 1 for the first axis, 128 elsewhere) and keeps the model dynamic")
 
-    opt = sub.add_parser("optimize", help="optimize an ONNX model and write the optimized ONNX model",
+    opt = sub.add_parser("optimize", help="optimize an ONNX model (or a torch.export program) and write it",
                          description="Rewrite IN.onnx's graph with TASO substitutions chosen by cost for --target "
                          "and write it back as ONNX: the same interface, nodes the search did not rewrite kept as "
-                         "they were, symbolic dimensions kept symbolic.")
+                         "they were, symbolic dimensions kept symbolic. A saved torch.export program (IN.pt2) goes "
+                         "through TVM's PyTorch frontend and is written as the optimized Relax module "
+                         "(tvm.ir.save_json; load it with tvm.ir.load_json); --check compares it with eager PyTorch.")
     model_args(opt)
     opt.add_argument("-o", "--output", required=True, help="where to write the optimized ONNX model")
     opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned"],
@@ -235,8 +237,7 @@ def cmd_example(args) -> int:
 
 def cmd_optimize(args) -> int:
     import tvm_taso
-    from tvm_taso.cli.checking import CheckFailed, check_line, check_onnx, failure_line
-    from tvm_taso.io.onnx_import import read_model
+    from tvm_taso.cli.checking import CheckFailed, check_line, failure_line
 
     _check_options(args)
     target = _target(args.target)
@@ -244,14 +245,10 @@ def cmd_optimize(args) -> int:
     _check_outputs(args, **paths)
     shapes, rules = _shapes(args), _rules(args)  # bad input before any work
     _quiet_skips()
-    data_files: list[Path] = []
-    proto, name = read_model(args.input, data_files=data_files)
-    _check_not_input_data(paths, data_files)
-    _step(f"reading {name}")
-    model = tvm_taso.load_onnx(proto, shapes=shapes, name=name, simplify=args.simplify)
+    source = _read_source(args, shapes, paths)
     _step(f"searching ({len(rules)} rules, time limit {args.time_limit:g} s)")
     new, report = tvm_taso.optimize(
-        model,
+        source.model,
         target=target,
         rules=rules,
         cost_model=_cost_model(args.cost, target),
@@ -263,13 +260,12 @@ def cmd_optimize(args) -> int:
         search=args.search,
     )
     if args.check:
-        _step("checking outputs on random inputs (onnxruntime, inputs and outputs by name)")
-        original = tvm_taso.load_onnx(proto, shapes=shapes, name=name) if args.simplify else model
-        result = check_onnx(original, new)
+        _step(f"checking outputs on random inputs ({source.check_how})")
+        result = source.check(new)
         report["check"] = result
         if not result["ok"]:
             raise CheckFailed(failure_line(result))
-    outputs = new.writers(args.output)  # all or none: model (its data file, over 2 GB) and reports
+    outputs = source.writers(new, args.output)  # all or none: the model (and its data file) and the reports
     if args.report:
         text = json.dumps(report, indent=2, allow_nan=False)
         outputs[args.report] = lambda tmp: Path(tmp).write_text(text)
@@ -288,6 +284,69 @@ def cmd_optimize(args) -> int:
     if args.html:
         print(f"html report      {args.html}")
     return 0
+
+
+class _OnnxSource:
+    """An ONNX model read for ``optimize``: written back as ONNX, checked in onnxruntime."""
+
+    check_how = "onnxruntime, inputs and outputs by name"
+
+    def __init__(self, args, shapes: dict, paths: dict):
+        import tvm_taso
+        from tvm_taso.io.onnx_import import read_model
+
+        data_files: list[Path] = []
+        self.proto, self.name = read_model(args.input, data_files=data_files)
+        _check_not_input_data(paths, data_files)
+        _step(f"reading {self.name}")
+        self.shapes, self.simplified = shapes, args.simplify
+        self.model = tvm_taso.load_onnx(self.proto, shapes=shapes, name=self.name, simplify=args.simplify)
+
+    def check(self, new) -> dict:
+        import tvm_taso
+        from tvm_taso.cli.checking import check_onnx
+
+        original = tvm_taso.load_onnx(self.proto, shapes=self.shapes, name=self.name) if self.simplified \
+            else self.model
+        return check_onnx(original, new)
+
+    def writers(self, new, output: str) -> dict:
+        return new.writers(output)
+
+
+class _ProgramSource:
+    """A saved ``torch.export`` program read for ``optimize``: imported through TVM's PyTorch
+    frontend, written as the optimized Relax module (TVM's JSON), checked against eager PyTorch."""
+
+    check_how = "eager PyTorch against the optimized module run by TVM"
+
+    def __init__(self, args, shapes: dict):
+        from tvm_taso.io.torch_import import import_program, load_program
+
+        if shapes:
+            raise InputError("--shape: a torch.export program has the sizes it was exported with")
+        if getattr(args, "simplify", False):
+            raise InputError("--simplify: for ONNX models only")
+        self.program = load_program(args.input)
+        _step(f"reading {args.input}")
+        self.model = import_program(self.program, Path(args.input).name)
+
+    def check(self, new) -> dict:
+        from tvm_taso.cli.checking import check_exported
+
+        return check_exported(self.program, new)
+
+    def writers(self, new, output: str) -> dict:
+        import tvm
+
+        text = tvm.ir.save_json(new)
+        return {output: lambda tmp: Path(tmp).write_text(text)}
+
+
+def _read_source(args, shapes: dict, paths: dict):
+    from tvm_taso.io.torch_import import is_program_path
+
+    return _ProgramSource(args, shapes) if is_program_path(args.input) else _OnnxSource(args, shapes, paths)
 
 
 def _print_summary(report: dict) -> None:
@@ -325,11 +384,13 @@ def cmd_compile(args) -> int:
     import tvm_taso  # noqa: F401 - registers the "taso" pipeline
     from tvm_taso import target as targets
     from tvm_taso.io.onnx_import import import_relax
+    from tvm_taso.io.torch_import import is_program_path
 
     target = _target(args.target)
     _check_outputs(args, **{"-o": args.output})
     try:
-        mod = import_relax(args.input, shapes=_shapes(args))
+        mod = _ProgramSource(args, _shapes(args)).model if is_program_path(args.input) \
+            else import_relax(args.input, shapes=_shapes(args))
     except InputError as err:
         if "TVM's ONNX frontend" not in str(err):
             raise

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import onnx
 
-from tvm_taso.errors import InputError
-from tvm_taso.files import InputFileError, read_regular_file
+from tvm_taso.errors import InputError, first_line
+from tvm_taso.files import read_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,7 @@ def _external_locations(graph) -> set[str]:
 
 def _read_regular_file(path: Path) -> bytes:
     """The bytes of ``path``: a regular file within protobuf's 2 GiB (InputError otherwise)."""
-    try:
-        return read_regular_file(path, MAX_MODEL_BYTES, "an ONNX file", " (keep large weights as external data)")
-    except InputFileError as err:
-        raise InputError(str(err)) from None
+    return read_regular_file(path, MAX_MODEL_BYTES, "an ONNX file", " (keep large weights as external data)")
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -207,5 +204,5 @@ def import_relax(model, shapes: dict | None = None, keep_params_in_input: bool =
             warnings.simplefilter("ignore")
             return from_onnx(proto, shape_dict=shape_dict, keep_params_in_input=keep_params_in_input)
     except Exception as err:  # noqa: BLE001 - the frontend raises many types
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        first = first_line(err)
         raise InputError(f"{name}: TVM's ONNX frontend could not import the model: {first}") from None

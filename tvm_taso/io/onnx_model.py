@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, helper, numpy_helper
 
-from tvm_taso.errors import InputError
+from tvm_taso.errors import InputError, first_line
 from tvm_taso.files import TEMP_PREFIX, write_all
 from tvm_taso.io.onnx_import import bind_dims, input_shapes, read_model
 
@@ -162,7 +162,7 @@ def load_onnx(model, shapes: dict | None = None, name: str | None = None, simpli
         elif not is_large(proto):
             onnx.checker.check_model(proto)
     except (onnx.checker.ValidationError, ValueError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        first = first_line(err)
         raise InputError(f"{name}: invalid ONNX model: {first}") from None
     defaulted: dict[str, int] = {}
 
@@ -207,7 +207,7 @@ def simplified(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
             simple, _ = onnxsim.simplify(proto, check_n=0)
     except Exception as err:  # noqa: BLE001 - onnxsim raises what onnxruntime and onnx raise
         log.warning("%s: onnxsim could not simplify the model (%s); optimizing it as it is", name,
-                    (str(err).splitlines() or [type(err).__name__])[0])
+                    first_line(err))
         return proto
     for field in ("input", "output"):
         getattr(simple.graph, field).clear()
@@ -318,7 +318,7 @@ def value_types(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
         try:
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
         except Exception as err2:  # noqa: BLE001
-            first = (str(err2).strip().splitlines() or [type(err2).__name__])[0]
+            first = first_line(err2)
             raise InputError(f"ONNX shape inference failed on the model: {first}") from None
     types = _collect(inferred)
     if any(t[1] is None or None in t[1] for t in types.values()):

@@ -85,6 +85,8 @@ class OpSpec:
     # ``has_attr``): split keeps ``indices_or_sections`` (a count or int64 cut points), reshape
     # takes its shape as an operand, permute_dims stores ``axes=None`` for the full reversal.
     not_relax_attrs: frozenset = frozenset()
+    # operands Relax's call takes after the tensors, given by attributes here (reshape's shape)
+    trailing_operands: int = 0
     algebra: AlgebraOp | None = None  # None: outside the verifier's algebra
 
     @property
@@ -651,6 +653,7 @@ OPS: dict[str, OpSpec] = {
             read=_read_reshape,
             required=frozenset({"shape"}),
             not_relax_attrs=frozenset({"shape"}),
+            trailing_operands=1,
         ),
         _spec(
             "pad",

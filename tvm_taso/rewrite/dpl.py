@@ -106,6 +106,8 @@ class _Compiler:
     def _op(self, p: Op):
         args = [self.pattern(a) for a in p.args]
         operands = [is_tuple(args)] if p.op == "concat" else args
+        # the attribute's own operand (reshape's shape): its value is checked on the graph's node
+        operands = operands + [wildcard() for _ in range(ops.OPS[p.op].trailing_operands)]
         call = CallPattern(ExprPattern(tvm.ir.Op.get(ops.OPS[p.op].relax_name)), operands, add_constraint=False)
         attrs = literal_attrs(p)
         result = call.has_attr(attrs) if attrs else call

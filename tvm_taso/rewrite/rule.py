@@ -177,6 +177,7 @@ FUNCTIONS = {
     "prod": lambda t: math.prod(t),
     "nth": lambda t, i: t[i],
     "append": lambda t, *v: tuple(t) + tuple(v),
+    "init": lambda t: tuple(t)[:-1],
 }
 # Functions that look at a bound tensor rather than at values.
 TENSOR_FUNCTIONS = ("dim", "rank", "shape", "const?")
