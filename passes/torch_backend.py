@@ -24,6 +24,9 @@ from tvm_taso.errors import first_line
 
 log = logging.getLogger("tvm_taso.torch")
 
+# optimize's keywords that are search options, by their SearchOptions name
+SEARCH_OPTIONS = {"alpha": "alpha", "budget": "budget", "time_limit": "time_limit", "region_size": "region_size",
+                  "min_gain": "min_gain", "search": "kind"}
 # where a placeholder of a captured graph comes from: module state (baked in) or a user input
 _STATE_SOURCES = ("._parameters[", "._buffers[")
 
@@ -37,7 +40,20 @@ class TasoBackend:
     report of each graph compiled, ``fallbacks`` the reason for each graph left to eager."""
 
     def __init__(self, target=None, **optimize_options):
-        self.target = target
+        import inspect
+
+        from tvm_taso import target as targets
+        from tvm_taso.driver import optimize
+        from tvm_taso.search import SearchOptions
+
+        known = set(inspect.signature(optimize).parameters) - {"mod", "target"}
+        unknown = sorted(set(optimize_options) - known)
+        if unknown:  # a typo is the user's to fix, not a reason to run eagerly
+            raise TypeError(f"tvm_taso backend: unknown option(s) {', '.join(unknown)}; "
+                            f"known: target, {', '.join(sorted(known))}")
+        searched = {k: v for k, v in optimize_options.items() if k in SEARCH_OPTIONS}
+        SearchOptions(**{SEARCH_OPTIONS[k]: v for k, v in searched.items()})  # a value out of range: one line
+        self.target = targets.resolve(target) if target is not None else None
         self.optimize_options = optimize_options
         self.reports: list[dict] = []
         self.fallbacks: list[str] = []
@@ -71,7 +87,7 @@ class TasoBackend:
         with torch.no_grad():
             program = torch.export.export(frozen, tuple(inputs))
         mod = from_exported_program(program, keep_params_as_input=False)
-        target = targets.resolve(self.target or ("cuda" if device.type == "cuda" else "llvm"))
+        target = self.target or targets.resolve("cuda" if device.type == "cuda" else "llvm")
         with warnings.catch_warnings():  # said once, below, if at all
             warnings.simplefilter("ignore", TasoSkippedWarning)
             new_mod, report = optimize(mod, target, **self.optimize_options)
@@ -104,6 +120,8 @@ def _split_placeholders(gm, example_inputs) -> tuple[dict, list]:
 
     state, inputs = {}, []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise Unsupported(f"{len(example_inputs)} inputs for {len(placeholders)} placeholders")
     for k, (node, value) in enumerate(zip(placeholders, example_inputs)):
         if not isinstance(value, torch.Tensor):
             raise Unsupported(f"input {node.name} is a {type(value).__name__}, not a tensor "
@@ -116,8 +134,6 @@ def _split_placeholders(gm, example_inputs) -> tuple[dict, list]:
             raise Unsupported(f"input {node.name} requires grad: the backend compiles inference only")
         else:
             inputs.append(value)
-    if len(placeholders) != len(example_inputs):
-        raise Unsupported(f"{len(example_inputs)} inputs for {len(placeholders)} placeholders")
     return state, inputs
 
 

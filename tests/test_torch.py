@@ -196,3 +196,12 @@ def test_a_bad_program_file_is_one_line_and_exit_2(tmp_path, capsys, content):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0], err
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_bad_backend_option_is_one_line_at_construction():
+    with pytest.raises(TypeError, match="unknown option.*budgett"):
+        TasoBackend(budgett=10)
+    with pytest.raises(ValueError, match="alpha must be"):
+        TasoBackend(alpha=0.5)
+    with pytest.raises(ValueError, match="unknown target"):
+        TasoBackend(target="no-such-target")

@@ -265,3 +265,53 @@ def test_a_sample_of_the_generated_rules_labelled_proved_is_proved_again():
     assert len(sample) >= 20
     results = verify.verify_rules(sample, timeout=10)
     assert [(r.name, r.status, r.reason) for r in results if r.status != "proved"] == []
+
+
+def test_a_budget_reported_as_canceled_restarts_with_another_seed(prover, monkeypatch):
+    """z3-solver 5.4 often reports a spent resource budget as ``canceled``, the word of its
+    wall-clock timeout too: well before the deadline it is the budget, and the next seed (with
+    twice the units) is tried, as for ``max. resource limit exceeded``."""
+    z3 = prover.alg.z3
+    real, seeds = prover.solver, []
+
+    class CanceledFirstSeed:
+        def __init__(self, inner, seed):
+            self.inner, self.seed = inner, seed
+
+        def add(self, *facts):
+            self.inner.add(*facts)
+
+        def check(self):
+            return z3.unknown if self.seed == 0 else self.inner.check()
+
+        def reason_unknown(self):
+            return "canceled" if self.seed == 0 else self.inner.reason_unknown()
+
+    def solver(ctx, rlimit, seconds, seed=0):
+        seeds.append(seed)
+        return CanceledFirstSeed(real(ctx, rlimit, seconds, seed), seed)
+
+    monkeypatch.setattr(prover, "solver", solver)
+    res = prover.prove(CORE["merge-matmul-bias-shared-lhs"], timeout=10)
+    assert res.status == "proved", res.reason
+    assert seeds[:2] == [0, 1]
+
+
+def test_the_wall_clock_backstop_is_still_said(prover, monkeypatch):
+    """A cancellation at the deadline is the backstop: the rule is unknown, and says why."""
+    z3 = prover.alg.z3
+
+    class TimedOut:
+        def add(self, *facts):
+            pass
+
+        def check(self):
+            return z3.unknown
+
+        def reason_unknown(self):
+            return "canceled"
+
+    monkeypatch.setattr(prover, "solver", lambda ctx, rlimit, seconds, seed=0: TimedOut())
+    monkeypatch.setattr(prover, "wall_factor", 0.0)  # the deadline is the start: every stop is the backstop's
+    res = prover.prove(CORE["merge-matmul-bias-shared-lhs"], timeout=10)
+    assert res.status == "unknown" and "wall-clock backstop" in res.reason

@@ -167,11 +167,25 @@ class Prover:
                 return r, "", spent + budget
             why = s.reason_unknown()
             spent += budget
-            if "timeout" in why or "canceled" in why:
-                return r, "wall-clock backstop reached (the machine is too slow for the resource budget)", spent
-            if "resource" not in why and "rlimit" not in why:
+            if not _out_of_resources(why, deadline):
+                if "timeout" in why or "canceled" in why:
+                    return r, "wall-clock backstop reached (the machine is too slow for the resource budget)", spent
                 return r, why, spent
             budget, seed = 2 * budget, seed + 1
+
+
+def _out_of_resources(why: str, deadline: float) -> bool:
+    """Whether an ``unknown`` says the attempt spent its resource units (retry with the next seed
+    and twice the units), as opposed to the wall-clock backstop or anything else. Z3 5.4 often
+    reports a spent ``rlimit`` as ``canceled``, the word it also uses for its timeout: a
+    cancellation before the deadline is the budget's."""
+    if "resource" in why or "rlimit" in why:
+        return True
+    return ("canceled" in why or "timeout" in why) and time.perf_counter() < deadline - BACKSTOP_SLACK
+
+
+# how close to the deadline an attempt may stop and still be taken as stopped by its budget
+BACKSTOP_SLACK = 0.05
 
 
 def verify_rules(rules: list[Rule], timeout: float = 10.0, progress: bool = False, time_limit: float | None = None,
