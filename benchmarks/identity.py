@@ -1,8 +1,8 @@
 """Fingerprints of ``optimize``'s results, to show that a refactoring changed no behaviour.
 
 For each benchmark model (quick sizes) and each built-in example (the tutorials' models), for
-``cuda`` and ``llvm`` under the analytic cost model with a budget-bounded (not time-bounded)
-search, record the optimized module's structural hash, the rules applied and the estimated
+``cuda`` and ``llvm`` under the analytic cost model, with each search (backtracking bounded by
+its budget, equality saturation by its limits; neither by time), record the optimized module's structural hash, the rules applied and the estimated
 costs. ``--write`` stores them as the reference; the default compares with the reference and
 exits non-zero on any difference.
 
@@ -28,6 +28,7 @@ from .models import MODELS, build
 
 REFERENCE = Path(__file__).parent / "results" / "identity.json"
 TARGETS = ("cuda", "llvm")
+SEARCHES = ("backtrack", "eqsat")
 
 
 def _modules():
@@ -43,13 +44,13 @@ def fingerprints(only: list[str] | None = None) -> dict:
         if only and name not in only:
             continue
         mod = make()
-        for target in TARGETS:
+        for target, search in ((t, s) for s in SEARCHES for t in TARGETS):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 new, report = tvm_taso.optimize(
-                    mod, target=target, cost_model="analytic", budget=100, time_limit=1e9
+                    mod, target=target, cost_model="analytic", budget=100, time_limit=1e9, search=search
                 )
-            key = f"{name}/{target}"
+            key = f"{name}/{target}" + ("" if search == "backtrack" else f"/{search}")
             result[key] = {
                 "structural_hash": int(tvm_ffi.structural_hash(new)),
                 "applied": dict(sorted(report["applied"].items())),
