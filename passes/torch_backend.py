@@ -24,9 +24,6 @@ from tvm_taso.errors import first_line
 
 log = logging.getLogger("tvm_taso.torch")
 
-# optimize's keywords that are search options, by their SearchOptions name
-SEARCH_OPTIONS = {"alpha": "alpha", "budget": "budget", "time_limit": "time_limit", "region_size": "region_size",
-                  "min_gain": "min_gain", "search": "kind"}
 # where a placeholder of a captured graph comes from: module state (baked in) or a user input
 _STATE_SOURCES = ("._parameters[", "._buffers[")
 
@@ -51,8 +48,8 @@ class TasoBackend:
         if unknown:  # a typo is the user's to fix, not a reason to run eagerly
             raise TypeError(f"tvm_taso backend: unknown option(s) {', '.join(unknown)}; "
                             f"known: target, {', '.join(sorted(known))}")
-        searched = {k: v for k, v in optimize_options.items() if k in SEARCH_OPTIONS}
-        SearchOptions(**{SEARCH_OPTIONS[k]: v for k, v in searched.items()})  # a value out of range: one line
+        searched = SearchOptions.keywords() & set(optimize_options)
+        SearchOptions.from_keywords(**{k: optimize_options[k] for k in searched})  # a value out of range: one line
         self.target = targets.resolve(target) if target is not None else None
         self.optimize_options = optimize_options
         self.reports: list[dict] = []

@@ -10,7 +10,7 @@ from tvm_taso.ir.graph import Graph
 from tvm_taso.rewrite.rule import Rule
 from tvm_taso.search.backtrack import Backtrack
 from tvm_taso.search.eqsat import EqsatRegion, require_egglog
-from tvm_taso.search.options import SEARCHES, EqsatLimits, OptionError, SearchOptions
+from tvm_taso.search.options import SEARCHES, EqsatLimits, OptionError, SearchOptions, check_kind
 from tvm_taso.search.regions import Judge, RegionSearch, search_regions
 from tvm_taso.search.stats import SearchStats, Stop
 
@@ -20,8 +20,7 @@ __all__ = ["SEARCHES", "EqsatLimits", "OptionError", "SearchOptions", "SearchSta
 
 def check_search(kind: str) -> None:
     """ValueError for an unknown search; ImportError when eqsat is asked for without egglog."""
-    if kind not in SEARCHES:
-        raise OptionError("search", f"must be one of {', '.join(SEARCHES)}, got {kind!r}")
+    check_kind(kind)
     if kind != "backtrack":
         require_egglog()
 

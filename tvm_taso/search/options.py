@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 SEARCHES = ("backtrack", "eqsat", "auto")
 
@@ -28,6 +28,12 @@ def _real(name: str, value) -> float:
 def _int(name: str, value, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise OptionError(name, f"must be an integer >= {least}, got {value!r}")
+
+
+def check_kind(kind) -> None:
+    """OptionError unless ``kind`` names a search (:data:`SEARCHES`)."""
+    if kind not in SEARCHES:
+        raise OptionError("search", f"must be one of {', '.join(SEARCHES)}, got {kind!r}")
 
 
 @dataclass(frozen=True)
@@ -88,11 +94,24 @@ class SearchOptions:
         g = _real("min_gain", self.min_gain)
         if not 0.0 <= g < 1.0:
             raise OptionError("min_gain", f"must be a fraction in [0, 1), got {self.min_gain!r}")
-        if self.kind not in SEARCHES:
-            raise OptionError("search", f"must be one of {', '.join(SEARCHES)}, got {self.kind!r}")
+        check_kind(self.kind)
         if not isinstance(self.eqsat, EqsatLimits):
             raise OptionError("eqsat", f"must be an EqsatLimits, got {self.eqsat!r}")
         _int("workers", self.workers, 1)
+
+    # optimize's keyword for each option it takes under another name
+    KEYWORD_NAMES = {"kind": "search"}
+
+    @classmethod
+    def keywords(cls) -> set[str]:
+        """The names ``optimize`` takes these options under (``search`` for ``kind``)."""
+        return {cls.KEYWORD_NAMES.get(f.name, f.name) for f in fields(cls)}
+
+    @classmethod
+    def from_keywords(cls, **given) -> SearchOptions:
+        """The options from ``optimize``'s keywords (:meth:`keywords`), validated."""
+        names = {v: k for k, v in cls.KEYWORD_NAMES.items()}
+        return cls(**{names.get(k, k): v for k, v in given.items()})
 
     def settings(self) -> dict:
         """The options as the report lists them (JSON)."""
