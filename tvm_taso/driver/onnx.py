@@ -27,7 +27,8 @@ MAX_ATTEMPTS = 6
 
 def optimize_onnx(model: OnnxModel, run: SearchRun, stats: SearchStats, skipped: Counter) -> Result:
     """Search ``model``'s graph; the result's facts say which dimensions were priced, which
-    rewrites could not be written, the kernels before and after and why nodes stayed opaque.
+    rewrites could not be written and why nodes stayed opaque, its ``kernels`` the kernels
+    before and after.
     ``skipped`` gets the opaque nodes by ONNX op type, each named once."""
     frozen: set[int] = set()
     rejected: list[str] = []
@@ -68,16 +69,16 @@ def optimize_onnx(model: OnnxModel, run: SearchRun, stats: SearchStats, skipped:
 def _done(model: OnnxModel, bridge: OnnxGraph, skipped: Counter, rejected: list[str], graph: Graph, proto,
           costs) -> Result:
     """The result of :func:`optimize_onnx`: ``graph`` is the one written as ``proto`` (the
-    kernels it launches, against the bridge's original graph, go in the facts); ``costs`` has
+    kernels it launches, against the bridge's original graph, go in the result); ``costs`` has
     ``cost_before``, ``cost_after`` and, when kept, ``folded``."""
     skipped.update(bridge.skipped)
     if rejected:
         skipped["rewrites not applied: they would fix a symbolic size or have no ONNX form"] += len(rejected)
     facts = {"priced_dims": dict(model.dims), "rejected_rewrites": rejected,
-             "kernels_before": kernel_count(bridge.graph), "kernels_after": kernel_count(graph),
              "opaque_reasons": dict(sorted(bridge.reasons.items()))}
     new = model if proto is model.proto else model.with_proto(proto)
-    return Result(new, costs.cost_before, costs.cost_after, costs.folded, facts)
+    return Result(new, costs.cost_before, costs.cost_after, costs.folded, facts,
+                  (kernel_count(bridge.graph), kernel_count(graph)))
 
 
 def guard_onnx(before: OnnxModel, after: OnnxModel, target, repeats: int) -> dict:

@@ -205,8 +205,7 @@ def _count_kernels(report: Report, result: Result, mod, new_mod, target) -> None
     """Kernels before and after: TVM's for a Relax module; for an ONNX model, the fusion model's
     on the engine graph (TVM's importer refuses many exports)."""
     if isinstance(mod, OnnxModel):
-        report.kernels_before = report.facts.pop("kernels_before", None)
-        after = report.facts.pop("kernels_after", None)
+        report.kernels_before, after = result.kernels or (None, None)
         report.kernels_after = report.kernels_before if new_mod is mod else after
     else:
         report.kernels_before = launched_kernels(mod, target)

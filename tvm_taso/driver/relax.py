@@ -21,14 +21,15 @@ log = logging.getLogger("tvm_taso")
 @dataclass
 class Result:
     """What a front end made of a model: the new one (the same object when nothing was
-    applied), the costs before and after, the weight expressions folded, and facts for the
-    report (the ONNX front end's)."""
+    applied), the costs before and after, the weight expressions folded, facts for the report
+    and the kernels before and after when the front end counts them (the ONNX one's)."""
 
     model: object
     cost_before: float = 0.0
     cost_after: float = 0.0
     folded: int = 0
     facts: dict = field(default_factory=dict)
+    kernels: tuple[int, int] | None = None
 
 
 def optimize_relax(mod: tvm.IRModule, run: SearchRun, stats: SearchStats, skipped: Counter) -> Result:
