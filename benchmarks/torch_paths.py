@@ -5,8 +5,8 @@ and TVM's PyTorch frontend) against the ONNX path (``torch.onnx.export``, ``load
     python -m benchmarks.torch_paths [--only NAMES] [--search backtrack eqsat] [--target cuda] [--time-limit S]
         [--latency] [--rounds N] [--json OUT] [--markdown OUT]
 
-1. **Search.** For each model (Hugging Face BERT, a Llama-style decoder and ViT from small
-   configs; torchvision's ResNet-50, ResNeXt-50 and Inception-v3, random weights, batch 1), the
+1. **Search.** For each model (Hugging Face BERT as the issue gave it: BERT-base's sizes, two
+   layers, 128 tokens; a Llama-style decoder and ViT from small configs; torchvision's ResNet-50, ResNeXt-50 and Inception-v3, random weights, batch 1), the
    same module in eval mode goes both ways and through ``optimize`` (analytic cost model, priced
    for ``--target``): estimated cost before and after, rules applied and their families (a
    rule's name up to its second hyphen: ``merge-matmul``, ``fold-scalar``...), and the torch
@@ -53,7 +53,14 @@ def build(name: str):
         kwargs, image = TORCHVISION[name]
         module = getattr(import_torchvision().models, name)(weights=None, **kwargs)
         return module.eval(), (torch.randn(1, 3, image, image),)
-    module, inputs, _ = hf_builders()[name]()
+    if name == "bert":  # the issue's own example: BERT-base's sizes, two layers, 128 tokens
+        import transformers
+
+        import_torchvision()  # transformers' model classes import torchvision (see onnx_models)
+        module = transformers.BertModel(transformers.BertConfig(num_hidden_layers=2), add_pooling_layer=False)
+        inputs = {"input_ids": torch.randint(0, 1000, (1, 128)), "attention_mask": torch.ones(1, 128, dtype=torch.int64)}
+    else:
+        module, inputs, _ = hf_builders()[name]()
     module.config.use_cache = False  # no key/value cache: TVM's frontend cannot take its empty start
     names = list(inputs)
 

@@ -71,6 +71,23 @@ def test_batch_norm_is_folded_into_constant_weights():
     assert report["constants_folded"] > 0
 
 
+def test_batch_norms_are_folded_before_the_branches_merge():
+    """Inception's branches as torchvision writes them (conv, batch norm, relu; no exporter has
+    folded the batch norms): backtracking folds them first (steepest descent seeds its queue),
+    then merges the convs of the shared input, as it does when the batch norms come folded."""
+
+    def body(b, x):
+        return b.emit(relax.op.concat([b.conv_bn_relu(x, 16, 16, k) for k in (1, 3, 3)], axis=1))
+
+    mod = examples._module({"x": (1, 16, 8, 8)}, body)
+    new, report = tvm_taso.optimize(mod, target="cuda", cost_model="analytic", budget=8)
+    ops = [b.value.op.name for b in new["main"].body.blocks[0].bindings if isinstance(b.value, relax.Call)]
+    assert "relax.nn.batch_norm" not in ops
+    assert ops.count("relax.nn.conv2d") == 1
+    inputs = inputs_for(mod)
+    assert relative_error(run(new, inputs), run(mod, inputs)) < 1e-4
+
+
 def test_pass_in_sequential_and_report():
     mod = examples.parallel_matmuls()
     p = TasoOptimize(target="cuda", time_limit=10)

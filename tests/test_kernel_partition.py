@@ -73,6 +73,24 @@ def test_two_anchors_into_one_add_fuse_only_the_first():
         assert len(anchors) <= 1  # FuseTIR never puts two reductions in one kernel
 
 
+def test_ops_without_operands_are_folded_like_constants():
+    """Position embeddings as PyTorch's frontend writes them (``arange``, plus an offset, into a
+    ``take`` of the table): TVM's FoldConstant evaluates all of it, so only the add is a kernel."""
+    x = relax.Var("x", relax.TensorType((16, 8), "float32"))
+    table = relax.const(np.random.default_rng(0).standard_normal((32, 8)).astype("float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            ids = bb.emit(relax.op.arange(0, 16, 1, "int64"))
+            ids = bb.emit(relax.op.add(ids, relax.const(0, "int64")))
+            pos = bb.emit(relax.op.take(table, ids, axis=0))
+            out = bb.emit_output(relax.op.add(x, pos))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    for target in TARGETS:
+        assert assert_counts_agree(mod, target, f"position embeddings for {target}") == 1
+
+
 def examples_graph(mod):
     return as_graphs(mod)[1][0]
 

@@ -11,10 +11,10 @@ import pytest
 
 from tvm_taso.io.onnx_bridge import OnnxGraph
 from tvm_taso.io.onnx_model import load_onnx
-from tvm_taso.ir.graph import LEAVES, Graph
+from tvm_taso.ir.graph import LEAVES, Graph, weight_only
 from tvm_taso.ir.ops import TensorType
 from tvm_taso.search import SearchStats
-from tvm_taso.search.regions import _splice_checked, extract, regions
+from tvm_taso.search.regions import _splice_checked, extract, regions, splice
 
 DATA = Path(__file__).parent / "data"
 
@@ -210,3 +210,22 @@ def test_an_internal_failure_on_the_onnx_path_keeps_the_model_with_a_warning(mon
     assert new.proto is model.proto and report["applied"] == {}
     assert any(issubclass(w.category, TasoSkippedWarning) and "a bug in a region search" in str(w.message)
                for w in said)
+
+
+def test_a_region_reads_a_weight_expression_made_elsewhere_as_a_weight():
+    """PyTorch's frontend transposes every Linear's weight, and topological order may put the
+    transpose in an earlier region: the region reading it gets the expression with it (folded,
+    free to combine), and splicing the region back as it was leaves the outer graph as it was."""
+    rng = np.random.default_rng(0)
+    g = Graph()
+    x = (g.add_leaf("input", TensorType((4, 8), "float32"), None, key="x"), 0)
+    w = g.add_leaf("const", TensorType((8, 8), "float32"), (rng.standard_normal((8, 8)).astype("float32"), None), key="w")
+    wt = g.add("permute_dims", [(w, 0)], {"axes": (1, 0)})
+    y = g.add("matmul", [x, (wt, 0)], {})
+    g.outputs = [(y, 0)]
+    region = extract(g, [y])
+    ops = sorted(n.op for n in region.sub.nodes.values())
+    assert ops == ["const", "input", "matmul", "permute_dims"]
+    assert weight_only(region.sub) == {nid for nid, n in region.sub.nodes.items() if n.op in ("const", "permute_dims")}
+    back = splice(g, region, region.sub)
+    assert set(back.nodes) == set(g.nodes) and back.outputs == g.outputs

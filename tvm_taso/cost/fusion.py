@@ -110,7 +110,7 @@ def _forward_graph(g: Graph, folded: set[int]) -> list[_Node]:
         n = g.nodes[nid]
         if n.op in LEAVES or nid in folded:
             continue
-        if n.inputs and all(s in constant or g.nodes[s].op == "const" for s, _ in n.inputs) or _static_shape_of(g, n):
+        if n.inputs and all(s in constant or g.nodes[s].op == "const" for s, _ in n.inputs) or _folded_opaque(g, n):
             constant.add(nid)  # FoldConstant evaluates an opaque op of constants too (shape_of, take...)
             continue
         if n.op == "opaque":
@@ -141,17 +141,22 @@ def _is_view(g: Graph, nid: int) -> bool:
     return n.op != "opaque" and ops.OPS[n.op].kind == ops.VIEW
 
 
-def _static_shape_of(g: Graph, n) -> bool:
-    """``R.shape_of`` of a tensor whose shape is known: a constant to TVM (PyTorch exports compute
-    index arithmetic from it, all folded before codegen)."""
-    if n.op != "opaque" or len(n.inputs) != 1:  # most nodes: on the partition's hot path
+def _folded_opaque(g: Graph, n) -> bool:
+    """Does ``FoldConstant`` evaluate opaque node ``n`` although it reads no constant? An op
+    with no tensor operand and a static result (``R.arange``, ``R.full`` of a fixed shape:
+    PyTorch exports build position ids and masks from them), and ``R.shape_of`` of a tensor
+    whose shape is known (PyTorch exports compute index arithmetic from it)."""
+    if n.op != "opaque" or len(n.inputs) > 1:  # most nodes: on the partition's hot path
         return False
+    import tvm
     from tvm import relax
 
     payload = n.payload
-    if not isinstance(payload, relax.Call):
+    if not isinstance(payload, relax.Call) or not isinstance(payload.op, tvm.ir.Op):
         return False
-    if getattr(payload.op, "name", None) != "relax.shape_of":
+    if not n.inputs:
+        return bool(n.types) and all(t is not None for t in n.types)
+    if payload.op.name != "relax.shape_of":
         return False
     ty = g.nodes[n.inputs[0][0]].types[n.inputs[0][1]] if n.inputs[0][1] >= 0 else None
     return ty is not None and all(isinstance(d, int) for d in ty.shape)

@@ -193,30 +193,43 @@ class Region:
 
 
 def extract(g: Graph, ids: list[int]) -> Region:
-    """The region of ``ids`` (in topological order) cut out of ``g``."""
+    """The region of ``ids`` (in topological order) cut out of ``g``. A weight expression it
+    reads from outside comes with it, as the ops on constants it is (PyTorch's frontend writes a
+    transpose of every ``Linear``'s weight, which topological order may put in an earlier
+    region): the region sees a weight, free and foldable, not a runtime input."""
     members = set(ids)
     sub = Graph()
     local: dict[Ref, Ref] = {}
     leaf_of: dict[int, Ref] = {}
     origin: dict[int, int] = {}
-    for nid in ids:
+    folded = weight_only(g)
+
+    def copy(nid: int, inputs: list[Ref]) -> None:
         node = g.nodes[nid]
-        inputs = []
-        for ref in node.inputs:
-            if ref[0] not in members and ref not in local:
-                outer = g.nodes[ref[0]]
-                if outer.op == "const":
-                    lid = sub.add_leaf("const", outer.types[0], outer.payload, key=ref)
-                else:
-                    lid = sub.add_leaf("input", g.type_of(ref), None, key=ref)
-                local[ref] = (lid, 0)
-                leaf_of[lid] = ref
-            inputs.append(local[ref])
         new = sub.add(node.op, inputs, node.attr, origin=node.payload)
         origin.setdefault(new, nid)
         for i in range(len(node.types)):
             local[(nid, i)] = (new, i)
         local[(nid, -1)] = (new, -1)
+
+    def bring(ref: Ref) -> Ref:
+        """``ref`` (outside the region) as the region reads it."""
+        if ref in local:
+            return local[ref]
+        outer = g.nodes[ref[0]]
+        if outer.op == "const":
+            lid = sub.add_leaf("const", outer.types[0], outer.payload, key=ref)
+        elif ref[0] in folded and outer.op not in LEAVES:
+            copy(ref[0], [bring(r) for r in outer.inputs])
+            return local[ref]
+        else:
+            lid = sub.add_leaf("input", g.type_of(ref), None, key=ref)
+        local[ref] = (lid, 0)
+        leaf_of[lid] = ref
+        return local[ref]
+
+    for nid in ids:
+        copy(nid, [local[ref] if ref[0] in members else bring(ref) for ref in g.nodes[nid].inputs])
     users = g.users()
     outs: list[Ref] = []
     wanted = set(g.outputs)
