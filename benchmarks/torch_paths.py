@@ -124,8 +124,11 @@ def latency_row(name: str, rounds: int, time_limit: float) -> dict:
     import torch
 
     from tvm_taso.cost.latency import side_by_side
+    from tvm_taso.numerics import relative_error
     from tvm_taso.passes import TasoBackend
 
+    torch._dynamo.reset()  # each model from a clean cache: the models share FirstOutput.forward's code,
+    # and a second shape for one code object makes TorchDynamo trace it again with dynamic shapes
     module, args = build(name)
     backend = TasoBackend(cost_model="analytic", time_limit=time_limit)
     runs = {"eager": module, "inductor": torch.compile(module), "tvm_taso": torch.compile(module, backend=backend)}
@@ -138,14 +141,16 @@ def latency_row(name: str, rounds: int, time_limit: float) -> dict:
             return (time.perf_counter() - start) * 1e3
         return sample
 
+    outputs = {}
     with torch.no_grad():
         for k, fn in runs.items():  # compile (first call) outside the timed rounds
             start = time.perf_counter()
-            fn(*args)
+            outputs[k] = fn(*args).numpy()
             compile_seconds[k] = time.perf_counter() - start
         samples = side_by_side({k: sampler(fn) for k, fn in runs.items()}, rounds)
     row = {"model": name, "compile_seconds": compile_seconds, "fallbacks": backend.fallbacks,
-           "graphs": len(backend.reports)}
+           "graphs": len(backend.reports),
+           "relative_error": {k: relative_error([outputs["eager"]], [outputs[k]]) for k in ("inductor", "tvm_taso")}}
     for k, ms in samples.items():
         low, mid, high = np.percentile(ms, [25, 50, 75])
         ratios = np.asarray(samples["eager"]) / np.asarray(ms)
@@ -172,15 +177,15 @@ def markdown(result: dict) -> str:
     if result.get("latency"):
         lines += ["", f"Latency on this machine's CPU ({result['machine']}), median ms (quartiles), "
                   f"{result['rounds']} alternating rounds; speedup = eager / variant, median of per-round ratios:", "",
-                  "| model | eager | inductor | tvm_taso | inductor vs eager | tvm_taso vs eager | graphs / eager fallbacks |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| model | eager | inductor | tvm_taso | inductor vs eager | tvm_taso vs eager | graphs / eager fallbacks "
+                  "| tvm_taso's error against eager |", "|---|---|---|---|---|---|---|---|"]
         for r in result["latency"]:
             cells = [f"{r[k]['ms']:.2f} ({r[k]['ms_low']:.2f}–{r[k]['ms_high']:.2f})" for k in
                      ("eager", "inductor", "tvm_taso")]
             ratios = [f"{r[k]['speedup_vs_eager']:.2f}× ({r[k]['speedup_low']:.2f}–{r[k]['speedup_high']:.2f})"
                       for k in ("inductor", "tvm_taso")]
             lines.append(f"| {r['model']} | {' | '.join(cells)} | {' | '.join(ratios)} | "
-                         f"{r['graphs']} / {len(r['fallbacks'])} |")
+                         f"{r['graphs']} / {len(r['fallbacks'])} | {r['relative_error']['tvm_taso']:.1e} |")
     return "\n".join(lines) + "\n"
 
 
