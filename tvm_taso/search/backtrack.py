@@ -52,10 +52,9 @@ def search_region(g: Graph, rules: list[Rule], cost: CostModel, deadline: float,
     seen = {g.structural_hash()}
     queue = [(start_cost, 0, g, ())]
     tie = 1
-    low, low_cost, low_path = descend(g, rules, cost, deadline, max_ops)
+    low, low_cost, low_path = descend(g, rules, cost, deadline, max_ops, stats)
     if low_path and low.structural_hash() not in seen:
         seen.add(low.structural_hash())
-        stats.candidates += len(low_path)
         if low_cost < best_cost:
             stats.curve.append((time.perf_counter(), low_cost - best_cost))
             best, best_cost, best_path = low, low_cost, low_path
@@ -76,57 +75,60 @@ def search_region(g: Graph, rules: list[Rule], cost: CostModel, deadline: float,
             break
         c, _, cur, path = heapq.heappop(queue)
         expanded += 1
-        by_op = match.index_by_op(cur)
-        for rule in rules:
-            if any(op not in by_op for op in rule.root_ops):
+        for rule, new in neighbours(cur, rules, max_ops):
+            h = new.structural_hash()
+            if h in seen:
                 continue
-            for site in match.find_matches(cur, rule, by_op):
-                new = match.apply(cur, site)
-                if new is None or runtime_ops(new) > max_ops:
-                    continue
-                h = new.structural_hash()
-                if h in seen:
-                    continue
-                seen.add(h)
-                stats.candidates += 1
-                new_cost = cost.cost(new)
-                new_path = path + (rule.name,)
-                if new_cost < best_cost:
-                    stats.curve.append((time.perf_counter(), new_cost - best_cost))
-                    best, best_cost, best_path = new, new_cost, new_path
-                    last_better = expanded
-                if new_cost < alpha * best_cost:
-                    heapq.heappush(queue, (new_cost, tie, new, new_path))
-                    tie += 1
+            seen.add(h)
+            stats.candidates += 1
+            new_cost = cost.cost(new)
+            new_path = path + (rule.name,)
+            if new_cost < best_cost:
+                stats.curve.append((time.perf_counter(), new_cost - best_cost))
+                best, best_cost, best_path = new, new_cost, new_path
+                last_better = expanded
+            if new_cost < alpha * best_cost:
+                heapq.heappush(queue, (new_cost, tie, new, new_path))
+                tie += 1
     stats.expanded += expanded
     stats.stop(stop)
     return Found(best, best_cost, best_path)
 
 
-def descend(g: Graph, rules: list[Rule], cost: CostModel, deadline: float, max_ops: int) -> tuple[Graph, float, tuple]:
+def neighbours(g: Graph, rules: list[Rule], max_ops: int):
+    """(rule, graph) for every application of ``rules`` at every site of ``g`` that leaves at
+    most ``max_ops`` runtime ops."""
+    by_op = match.index_by_op(g)
+    for rule in rules:
+        if any(op not in by_op for op in rule.root_ops):
+            continue
+        for site in match.find_matches(g, rule, by_op):
+            new = match.apply(g, site)
+            if new is not None and runtime_ops(new) <= max_ops:
+                yield rule, new
+
+
+def descend(g: Graph, rules: list[Rule], cost: CostModel, deadline: float, max_ops: int,
+            stats: SearchStats) -> tuple[Graph, float, tuple]:
     """(graph, cost, rules applied) where steepest descent from ``g`` by single-output rules
     ends. A step lowers the cost, or removes an op that is not elementwise (:func:`heavy_ops`)
     at a cost within :data:`TIE` of ``g``'s: a batch norm folded into its conv costs about the
     same when a concat follows, yet the merges that pay need it folded. No graph is visited
-    twice; ``deadline`` bounds it."""
+    twice; ``deadline`` bounds it; every graph priced counts in ``stats.candidates``."""
     start_cost = cost.cost(g)
     cur, cur_cost, cur_heavy, path = g, start_cost, heavy_ops(g), ()
     visited = {g.structural_hash()}
     single = [rule for rule in rules if len(rule.src) == 1]
     while time.perf_counter() < deadline:
-        by_op = match.index_by_op(cur)
         step = None
-        for rule in single:
-            if rule.root_ops[0] not in by_op:
+        for rule, new in neighbours(cur, single, max_ops):
+            if new.structural_hash() in visited:
                 continue
-            for site in match.find_matches(cur, rule, by_op):
-                new = match.apply(cur, site)
-                if new is None or runtime_ops(new) > max_ops or new.structural_hash() in visited:
-                    continue
-                key = (cost.cost(new), heavy_ops(new))
-                lower = key[0] < cur_cost or (key[0] <= start_cost * (1 + TIE) and key[1] < cur_heavy)
-                if lower and (step is None or key < step[0]):
-                    step = (key, new, rule.name)
+            stats.candidates += 1
+            key = (cost.cost(new), heavy_ops(new))
+            lower = key[0] < cur_cost or (key[0] <= start_cost * (1 + TIE) and key[1] < cur_heavy)
+            if lower and (step is None or key < step[0]):
+                step = (key, new, rule.name)
         if step is None:
             break
         (cur_cost, cur_heavy), cur, path = step[0], step[1], path + (step[2],)

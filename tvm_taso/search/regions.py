@@ -219,7 +219,7 @@ def extract(g: Graph, ids: list[int]) -> Region:
         outer = g.nodes[ref[0]]
         if outer.op == "const":
             lid = sub.add_leaf("const", outer.types[0], outer.payload, key=ref)
-        elif ref[0] in folded and outer.op not in LEAVES:
+        elif ref[0] in folded:
             copy(ref[0], [bring(r) for r in outer.inputs])
             return local[ref]
         else:
