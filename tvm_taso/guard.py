@@ -9,7 +9,8 @@ made elsewhere (the benchmark harness passes MetaSchedule-tuned ones).
 :class:`RegionGuard` makes the same decision region by region, during the search: each
 rewritten region is built and timed against the original region, and only the regions that
 measure faster are spliced in, so one rewrite that does not pay no longer costs the model every
-rewrite that does. The whole-module guard stays the last word.
+rewrite that does. The whole-module guard stays the last word. For an ``ort`` target
+(:mod:`tvm_taso.ort`) both regions are written as ONNX models and timed in onnxruntime instead.
 """
 
 from __future__ import annotations
@@ -76,6 +77,23 @@ def guard(before, after, target, repeats: int = 7) -> dict:
     return dict(decide(result), seconds=time.perf_counter() - t0)
 
 
+def guard_in_runtime(before, after, feeds: dict, runtime, repeats: int = 7) -> dict:
+    """The guard in onnxruntime: the ONNX models ``before`` and ``after`` loaded with ``runtime``
+    (an :class:`~tvm_taso.ort.OrtRuntime`) and timed side by side on ``feeds`` (inputs by
+    name); a model that does not load or run is not faster."""
+    from tvm_taso.ort import OrtSession
+
+    t0 = time.perf_counter()
+    try:
+        builds = {"before": OrtSession(runtime, before, feeds), "after": OrtSession(runtime, after, feeds)}
+        result = compare_builds(builds, repeats, min_repeat_ms=50)
+    except Exception as err:  # noqa: BLE001 - a model that does not run is not faster
+        log.warning("guard: timing in onnxruntime failed (%s: %s); keeping the original", type(err).__name__, err)
+        return {"kept": False, "measured": False, "runtime": str(runtime),
+                "reason": f"timing failed: {type(err).__name__}: {err}".splitlines()[0]}
+    return dict(decide(result), runtime=str(runtime), seconds=time.perf_counter() - t0)
+
+
 class RegionGuard:
     """Decide region by region, from measurements, whether a rewrite is kept.
 
@@ -91,12 +109,18 @@ class RegionGuard:
     Every comparison is a :class:`~tvm_taso.cost.database.Record` in ``regions.jsonl`` beside
     the kernel measurements (``db``: a path or a :class:`MeasurementDB`), keyed by the two
     regions' shape hashes: a repeated layer, or a second run, measures nothing new.
+
+    For an ``ort`` target (``runtime``: its :class:`~tvm_taso.ort.OrtRuntime`), each region is
+    written as a small ONNX model (:func:`~tvm_taso.ort.region_model`: its weights initializers,
+    the model's ``opset``) and timed in onnxruntime with the runtime's provider and options,
+    graph optimizations on; records are kept under the runtime's key.
     """
 
     def __init__(self, target, repeats: int = 7, min_repeat_ms: int = 20, time_limit: float = 20.0,
-                 db: MeasurementDB | str | Path | None = None):
-        self.target = targets.parse(target)
-        self.target_key = targets.canonical(self.target)
+                 db: MeasurementDB | str | Path | None = None, opset: int | None = None):
+        resolved = targets.resolve(target)
+        self.target, self.runtime, self.opset = resolved.tvm, resolved.runtime, opset
+        self.target_key = self.runtime.key if self.runtime is not None else targets.canonical(self.target)
         self.repeats, self.min_repeat_ms, self.time_limit = repeats, min_repeat_ms, time_limit
         self.db = db if isinstance(db, MeasurementDB) else MeasurementDB(
             Path(db) if db is not None else cache_dir() / "regions.jsonl")
@@ -130,8 +154,7 @@ class RegionGuard:
             builds = {}
             for name, g in regions.items():
                 fold_constants(g)
-                mod, refs = graph_module(g)
-                builds[name] = CompiledModule(mod, self.target, random_inputs([g.type_of(r) for r in refs]))
+                builds[name] = self._build(g)
             timing = compare_builds(builds, self.repeats, self.min_repeat_ms, self.time_limit)
         except Exception as err:  # noqa: BLE001 - a region that does not build or run is not faster
             log.debug("timing a region failed", exc_info=True)
@@ -141,9 +164,20 @@ class RegionGuard:
         return Record(key, self.target_key, {"regions": data, "timing": timing}, "ok",
                       median_us=timing["after_ms"] * 1e3, samples_us=[ms * 1e3 for ms in samples["after"]])
 
+    def _build(self, g: Graph):
+        """The folded region ``g`` ready to time: compiled by TVM, or loaded in onnxruntime."""
+        if self.runtime is not None:
+            from tvm_taso.ort import OrtSession, feeds_for, region_model
+
+            proto = region_model(g, self.opset)
+            return OrtSession(self.runtime, proto, feeds_for(proto))
+        mod, refs = graph_module(g)
+        return CompiledModule(mod, self.target, random_inputs([g.type_of(r) for r in refs]))
+
     def summary(self, decisions: list[dict]) -> dict:
         """The report's account of the search's ``decisions`` (:attr:`SearchStats.decisions`)."""
         kept = sum(d["kept"] for d in decisions)
-        return {"target": self.target_key, "regions": len(decisions), "kept": kept, "dropped": len(decisions) - kept,
+        return {"target": self.target_key, "runtime": str(self.runtime) if self.runtime is not None else "tvm",
+                "regions": len(decisions), "kept": kept, "dropped": len(decisions) - kept,
                 "from_database": sum(d["from_database"] for d in decisions), "seconds": self.seconds,
                 "database": str(self.db.path), "decisions": decisions}

@@ -6,6 +6,10 @@ a JSON string or dict (``{"kind": "llvm", "num-cores": 2}``), a :class:`tvm.targ
 ``None`` (the enclosing ``with target:``, else this machine's CPU). Keys starting with ``taso:``
 are tvm-taso's own annotations (e.g. the MetaSchedule database a measurement used) and are
 dropped before TVM sees the target.
+
+``"ort[:provider][,key=value...]"`` (or a :class:`tvm_taso.ort.OrtRuntime`) names onnxruntime
+instead, for ONNX models: the :class:`Target` then carries the runtime, and its TVM target is
+the one whose analytic model stands in for the provider's kernels (``llvm`` for the CPU).
 """
 
 from __future__ import annotations
@@ -27,16 +31,19 @@ class TargetError(ValueError):
 
 def _accepted() -> str:
     return (f"a target kind ({', '.join(KINDS)}), a tag such as 'nvidia/nvidia-h100', "
-            "a JSON object such as '{\"kind\": \"llvm\", \"num-cores\": 2}', or a tvm.target.Target")
+            "a JSON object such as '{\"kind\": \"llvm\", \"num-cores\": 2}', a tvm.target.Target, "
+            "or ort[:provider] for ONNX models timed in onnxruntime")
 
 
 class Target:
     """A target parsed once (:func:`resolve`): TVM's object, how the user spelled it, and the
-    facts tvm-taso asks of it, each worked out once. Every function of this module takes one."""
+    facts tvm-taso asks of it, each worked out once. Every function of this module takes one.
+    ``runtime`` is the :class:`~tvm_taso.ort.OrtRuntime` an ``ort`` target names (None for TVM)."""
 
-    def __init__(self, tvm_target, given=None):
+    def __init__(self, tvm_target, given=None, runtime=None):
         self.tvm = tvm_target
         self.given = given  # as the user gave it (None: the enclosing target or the CPU)
+        self.runtime = runtime
         self.spelling = str(given) if given is not None else str(tvm_target)
 
     def __str__(self) -> str:
@@ -59,7 +66,19 @@ def resolve(target=None) -> Target:
     target:``, else this machine's CPU. Raises :class:`TargetError` as :func:`parse` does."""
     if isinstance(target, Target):
         return target
+    runtime = _runtime(target)
+    if runtime is not None:
+        return Target(parse(runtime.proxy), target if isinstance(target, str) else str(runtime), runtime)
     return Target(parse(target), target)
+
+
+def _runtime(target):
+    """The :class:`~tvm_taso.ort.OrtRuntime` ``target`` names, or None for a TVM target."""
+    from tvm_taso import ort
+
+    if isinstance(target, ort.OrtRuntime):
+        return target
+    return ort.OrtRuntime.parse(target) if ort.is_spelling(target) else None
 
 
 def parse(target=None):
@@ -74,6 +93,9 @@ def parse(target=None):
         return target.tvm
     if target is None:
         return tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
+    runtime = _runtime(target)
+    if runtime is not None:
+        return parse(runtime.proxy)
     if isinstance(target, tvm.target.Target):
         return target
     data = target

@@ -39,6 +39,12 @@ def render(report: dict) -> str:
         ("regions searched", str(report["regions"])),
         ("constants folded", str(report.get("constants_folded", 0))),
     ]
+    guard = report.get("guard")
+    if guard:
+        where = f"in {guard['runtime']}" if "runtime" in guard else "through TVM"
+        rows.append(("whole-model guard", f"{guard['ratio']:.3f}× (quartiles {guard['ratio_low']:.3f}–"
+                     f"{guard['ratio_high']:.3f}) measured {where}: {'kept' if guard['kept'] else 'original kept'}"
+                     if guard.get("measured") else f"not measured ({guard.get('reason', '')})"))
     if "check" in report:
         c = report["check"]
         rows.append(("output check", f"max relative error {c['max_relative_error']:.2e} via {c.get('runtime', '?')}"))
@@ -54,6 +60,7 @@ def render(report: dict) -> str:
         parts.append("<h2>Left as it was</h2><ul>")
         parts += [f"<li>{e(s['what'])} (×{s['count']})</li>" for s in report["skipped"]]
         parts.append("</ul>")
+    parts.append(region_verdicts(report))
     parts.append("<h2>Search curve</h2>" + curve_svg(report.get("curve", [])))
     rewrites = report.get("rewrites", [])
     if rewrites:
@@ -68,6 +75,33 @@ def render(report: dict) -> str:
         )
     parts.append("<h2>Settings</h2><pre>" + e(json.dumps(report.get("settings", {}), indent=2)) + "</pre>")
     parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def region_verdicts(report: dict) -> str:
+    """The region guard's verdict on each rewritten region: measured speedup with its quartiles,
+    kept or dropped, and why (empty when no region was timed)."""
+    e = html.escape
+    regions = report.get("region_guard")
+    if not regions or not regions["decisions"]:
+        return ""
+    where = regions.get("runtime", "tvm")
+    parts = [f"<h2>Regions timed ({e(where if where != 'tvm' else 'through TVM')})</h2>",
+             f"<p>{regions['kept']} kept, {regions['dropped']} dropped; {regions['from_database']} from the "
+             f"measurement database; {regions['seconds']:.1f} s measuring</p>",
+             "<table><tr><th>region</th><th>rules</th><th>estimated µs</th><th>measured speedup</th>"
+             "<th>quartiles</th><th>verdict</th></tr>"]
+    for d in regions["decisions"]:
+        if "ratio" in d:
+            speedup, band = f"{d['ratio']:.3f}×", f"{d['ratio_low']:.3f}–{d['ratio_high']:.3f}"
+        else:
+            speedup, band = "–", ""
+        cached = ", from the database" if d.get("from_database") else ""
+        parts.append(
+            f"<tr><td class='num'>{d['region']}</td><td>{e(', '.join(sorted(set(d['rules']))))}</td>"
+            f"<td class='num'>{d['cost_before']:.2f} → {d['cost_after']:.2f}</td><td class='num'>{speedup}</td>"
+            f"<td class='num'>{band}</td><td>{'kept' if d['kept'] else 'dropped'} ({e(d['reason'])}{cached})</td></tr>")
+    parts.append("</table>")
     return "\n".join(parts)
 
 

@@ -39,7 +39,8 @@ def add_model_commands(sub) -> None:
 
     def model_args(sp):
         sp.add_argument("input", help="the ONNX model, or a saved torch.export program (.pt2)")
-        sp.add_argument("--target", default="llvm", help="llvm, cuda, or a JSON target (default llvm)")
+        sp.add_argument("--target", default="llvm", help="llvm, cuda, a JSON target, or ort[:provider][,key=value...] "
+                        "to optimize an ONNX model for onnxruntime (default llvm)")
         sp.add_argument("--shape", action="append", metavar="NAME=1x3x224x224",
                         help="sizes for an input with dynamic dimensions (repeatable); optimize prices at them "
                         "(default 1 for the first axis, 128 elsewhere) and keeps the model dynamic")
@@ -52,10 +53,11 @@ def add_model_commands(sub) -> None:
                          "(tvm.ir.save_json; load it with tvm.ir.load_json); --check compares it with eager PyTorch.")
     model_args(opt)
     opt.add_argument("-o", "--output", required=True, help="where to write the optimized ONNX model")
-    opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned"],
+    opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned", "ort"],
                      help="cost model: analytic (roofline), measure (build and time kernels on the target), "
-                     "learned (XGBoost trained with `tvm-taso cost train`), auto (default: measure on a local "
-                     "GPU, else learned if trained, else analytic)")
+                     "learned (XGBoost trained with `tvm-taso cost train`), ort (time kernels in onnxruntime; "
+                     "--target ort), auto (default: ort for --target ort, else measure on a local GPU, else "
+                     "learned if trained, else analytic)")
     opt.add_argument("--rules", help="a rule file to use instead of the shipped library")
     opt.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
     opt.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
@@ -81,8 +83,14 @@ def add_model_commands(sub) -> None:
     comp.add_argument("--no-taso", action="store_true", help="compile without TasoOptimize")
     comp.set_defaults(func=cmd_compile)
 
-    bench = sub.add_parser("bench", help="latency with and without TasoOptimize, side by side")
+    bench = sub.add_parser("bench", help="latency with and without TasoOptimize, side by side",
+                           description="Compile IN.onnx with TVM's default pipeline and with TasoOptimize and time "
+                           "both side by side on --target; with --runtime, optimize it for onnxruntime instead and "
+                           "time the original and the optimized model side by side in onnxruntime.")
     model_args(bench)
+    bench.add_argument("--runtime", metavar="ort[:provider]",
+                       help="optimize for onnxruntime with this provider (and its options, ort:cuda,device_id=1) "
+                       "and time both models there; --target is not used")
     bench.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
     bench.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
     bench.add_argument("--input-file", action="append", metavar="NAME=FILE.npy",
@@ -106,7 +114,9 @@ def _target(text: str):
     """
     from tvm_taso import target
 
-    target.parse(text)
+    runtime = target.resolve(text).runtime
+    if runtime is not None:
+        runtime.check()  # no onnxruntime, no such provider or no device for it: one line
     text = text.strip()
     return json.loads(text) if text.startswith("{") else text
 
@@ -244,6 +254,7 @@ def cmd_optimize(args) -> int:
     paths = {"-o": args.output, "--report": args.report, "--html": args.html}
     _check_outputs(args, **paths)
     shapes, rules = _shapes(args), _rules(args)  # bad input before any work
+    cost_model = _cost_model(args.cost, target)
     _quiet_skips()
     source = _read_source(args, shapes, paths)
     _step(f"searching ({len(rules)} rules, time limit {args.time_limit:g} s)")
@@ -251,12 +262,12 @@ def cmd_optimize(args) -> int:
         source.model,
         target=target,
         rules=rules,
-        cost_model=_cost_model(args.cost, target),
+        cost_model=cost_model,
         alpha=args.alpha,
         budget=args.budget,
         time_limit=args.time_limit,
         progress=True,
-        guard=args.guard,
+        guard=args.guard or None,  # None: the target's default (on for onnxruntime)
         search=args.search,
     )
     if args.check:
@@ -371,7 +382,7 @@ def _print_summary(report: dict) -> None:
               f"({regions['from_database']} from the database, {regions['seconds']:.1f} s measuring)")
     guard = report.get("guard")
     if guard and guard.get("measured"):
-        print(f"guard            {guard['ratio']:.3f}x measured through TVM "
+        print(f"guard            {guard['ratio']:.3f}x measured {'in ' + guard['runtime'] if 'runtime' in guard else 'through TVM'} "
               f"({'kept' if guard['kept'] else 'not faster: original kept'})")
     elif guard:
         print(f"guard            not measured ({guard['reason']})")
@@ -405,6 +416,8 @@ def cmd_compile(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.runtime is not None:
+        return _bench_in_runtime(args)
     from tvm_taso.cli.checking import bench
     from tvm_taso.io.onnx_import import import_relax
     from tvm_taso.runtime import inputs_for
@@ -422,6 +435,39 @@ def cmd_bench(args) -> int:
     low, high = result["speedup_quartiles"]
     print(f"speedup (default / taso) {result['speedup']:.3f}x (median of {args.repeat} pairwise ratios, "
           f"quartiles {low:.3f}-{high:.3f})")
+    if args.json:
+        write_text_atomically(args.json, json.dumps(result, indent=2, allow_nan=False))
+    return 0
+
+
+def _bench_in_runtime(args) -> int:
+    """``bench --runtime``: the model optimized for onnxruntime, then the original and the result
+    timed side by side there (:func:`tvm_taso.cli.checking.bench_in_runtime`)."""
+    import tvm_taso
+    from tvm_taso import target as targets
+    from tvm_taso.cli.checking import bench_in_runtime
+
+    if not targets.resolve(args.runtime).runtime:
+        raise InputError(f"--runtime {args.runtime!r}: expected ort[:provider][,key=value...]")
+    runtime = _target(args.runtime)
+    _check_outputs(args, **{"--json": args.json})
+    _quiet_skips()
+    model = tvm_taso.load_onnx(args.input, shapes=_shapes(args))
+    given = dict(_input_file(s) for s in args.input_file or [])
+    _step(f"optimizing for {runtime} (time limit {args.time_limit:g} s)")
+    new, report = tvm_taso.optimize(model, target=runtime, time_limit=args.time_limit, progress=True)
+    _step(f"timing the original and the optimized model in {runtime}, side by side")
+    result = bench_in_runtime(model, new, runtime, given, repeat=args.repeat)
+    result["report"] = report
+    print(f"{'model':24s} {'median ms':>10s} {'quartiles ms':>20s}")
+    for key in ("original", "optimized"):
+        r = result[key]
+        print(f"{key:24s} {r['median_ms']:10.3f} {r['low_ms']:9.3f}-{r['high_ms']:<9.3f}")
+    print(f"speedup (original / optimized) {result['speedup']:.3f}x (median of {result['rounds']} pairwise "
+          f"ratios, quartiles {result['speedup_quartiles'][0]:.3f}-{result['speedup_quartiles'][1]:.3f})")
+    regions = report.get("region_guard") or {}
+    print(f"regions timed    {regions.get('regions', 0)}: {regions.get('kept', 0)} kept, {regions.get('dropped', 0)} "
+          f"dropped; rules applied: {', '.join(f'{k} x{v}' for k, v in report['applied'].items()) or 'none'}")
     if args.json:
         write_text_atomically(args.json, json.dumps(result, indent=2, allow_nan=False))
     return 0

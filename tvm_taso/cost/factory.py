@@ -10,7 +10,7 @@ from tvm_taso.cost.model import CostModel
 
 log = logging.getLogger("tvm_taso.cost.factory")
 
-NAMES = ("auto", "analytic", "measure", "learned")
+NAMES = ("auto", "analytic", "measure", "learned", "ort")
 
 
 def make_cost_model(cost_model, target) -> CostModel:
@@ -21,7 +21,10 @@ def make_cost_model(cost_model, target) -> CostModel:
       target, remembered in the measurement database);
     * ``"learned"``: the :class:`~tvm_taso.cost.learned.LearnedCost` trained for the target
       (ValueError if there is none);
-    * ``"auto"`` / None: measure when the target is CUDA and this machine has a GPU, else the
+    * ``"ort"``: :class:`~tvm_taso.cost.ort.OrtCost` (each kernel timed in onnxruntime), for an
+      ``ort`` target only (:mod:`tvm_taso.ort`); ``measure`` and ``learned`` price TVM's kernels,
+      so an ``ort`` target refuses them;
+    * ``"auto"`` / None: ``ort`` for an ``ort`` target; else measure when the target is CUDA and this machine has a GPU, else the
       learned model trained for the target if there is one, else analytic. The report's
       ``cost_model.name`` says which was chosen;
     * a :class:`CostModel`: itself, with its measurement budget reset (a budget bounds each
@@ -32,6 +35,17 @@ def make_cost_model(cost_model, target) -> CostModel:
         if callable(reset):
             reset()
         return cost_model
+    runtime = targets.resolve(target).runtime if cost_model != "analytic" else None
+    if cost_model == "ort" or (runtime is not None and cost_model in (None, "auto")):
+        if runtime is None:
+            raise ValueError(f"cost model 'ort' times kernels in onnxruntime: give an ort target "
+                             f"(e.g. target='ort'), not {target}")
+        from tvm_taso.cost.ort import OrtCost
+
+        return OrtCost(runtime)
+    if runtime is not None and cost_model in ("measure", "learned"):
+        raise ValueError(f"cost model {cost_model!r} prices TVM's kernels, but target {target} runs the model in "
+                         "onnxruntime; use 'ort' (or 'analytic')")
     if cost_model == "analytic":
         return AnalyticCost(target)
     if cost_model == "measure":

@@ -83,9 +83,19 @@ def _done(model: OnnxModel, bridge: OnnxGraph, skipped: Counter, rejected: list[
 
 def guard_onnx(before: OnnxModel, after: OnnxModel, target, repeats: int) -> dict:
     """The guard (:func:`tvm_taso.guard.guard`) on both models imported through TVM at the priced
-    sizes; a model TVM's importer cannot take keeps the rewrite unmeasured, and says why."""
-    from tvm_taso.guard import guard
+    sizes; a model TVM's importer cannot take keeps the rewrite unmeasured, and says why. For an
+    ``ort`` target both models are timed in onnxruntime instead
+    (:func:`tvm_taso.guard.guard_in_runtime`), on random inputs at the priced sizes."""
+    from tvm_taso import target as targets
+    from tvm_taso.guard import guard, guard_in_runtime
     from tvm_taso.io.onnx_import import InputError, import_relax
+
+    runtime = targets.resolve(target).runtime
+    if runtime is not None:
+        from tvm_taso.cli.checking import integer_ranges, random_feeds
+
+        feeds = random_feeds(before, before.dims, integer_ranges(before))
+        return guard_in_runtime(before.proto, after.proto, feeds, runtime, repeats)
 
     try:
         mods = [import_relax(m.proto, shapes=m.shapes(), name=m.name) for m in (before, after)]

@@ -47,7 +47,7 @@ def optimize(
     time_limit: float = 60.0,
     region_size: int = 32,
     progress: bool = False,
-    guard=False,
+    guard=None,
     guard_repeats: int = 7,
     min_gain: float = 1e-6,
     search: str = "backtrack",
@@ -61,13 +61,19 @@ def optimize(
     mod : the Relax IRModule (e.g. from ``relax.frontend.onnx.from_onnx``), or an ONNX model
         from :func:`tvm_taso.load_onnx`: then ``new_mod`` is an ONNX model too, the same one
         with only what the search rewrote replaced (:mod:`tvm_taso.driver.onnx`).
-    target : the TVM target the cost model prices for (str, dict or Target); default CPU.
+    target : the TVM target the cost model prices for (str, dict or Target); default CPU. For an
+        ONNX model, ``"ort[:provider][,key=value...]"`` optimizes for onnxruntime instead
+        (:mod:`tvm_taso.ort`: ``ort`` is its CPU provider, ``ort:cuda``, ``ort:tensorrt``, keys
+        are session or provider options): kernels are priced by timing them in onnxruntime
+        (cost model ``"ort"``), every rewritten region is timed there against the original
+        region and kept only if faster, and the whole model is timed against the original
+        there, which has the last word (``guard`` defaults to on).
     rules : the substitutions; default the shipped library (proved or checked rules). Rules
         from anywhere else are proved or checked before the search uses them, and refused
         (left out, with a warning naming the counterexample) when they fail
         (:func:`tvm_taso.verify.admit.admit`; ``load_rules(path, trust=True)`` skips this).
     cost_model : a :class:`~tvm_taso.cost.model.CostModel`, or ``"auto"``, ``"analytic"``,
-        ``"measure"`` or ``"learned"`` (see :func:`~tvm_taso.cost.factory.make_cost_model`).
+        ``"measure"``, ``"learned"`` or ``"ort"`` (see :func:`~tvm_taso.cost.factory.make_cost_model`).
     alpha : keep exploring graphs up to ``alpha`` times the best cost (TASO's relaxation).
     budget : graphs expanded per region of the search.
     time_limit : wall-clock bound for the whole search, in seconds.
@@ -87,7 +93,7 @@ def optimize(
         side on this machine's device (``guard_repeats`` rounds), and keep the rewrite only if
         it was faster in at least three rounds out of four (:func:`tvm_taso.guard.guard`);
         otherwise return ``mod`` unchanged. Without a device for the target the rewrite is
-        kept and the report says so. A callable
+        kept and the report says so. ``None`` (default): on for an ``ort`` target, else off. A callable
         ``guard(before, after) -> dict`` (with at least ``"kept"``) decides instead, e.g. on
         MetaSchedule-tuned builds; its dict becomes ``report["guard"]``.
     region_guard : decide region by region, during the search, from measurements: each
@@ -124,6 +130,12 @@ def optimize(
     check_search(options.kind)
     named = target is not None or tvm.target.Target.current(allow_none=True) is not None
     target = targets.resolve(target)  # an unknown target: one line listing what is accepted
+    if target.runtime is not None:
+        if not isinstance(mod, OnnxModel):
+            raise targets.TargetError(f"target {target} times ONNX models in onnxruntime; give the model from "
+                                      "tvm_taso.load_onnx, or a TVM target for a Relax module")
+        target.runtime.check()  # no onnxruntime, no such provider or no device: one line
+    guard = target.runtime is not None if guard is None else guard
     started = time.perf_counter()
     deadline = started + options.time_limit  # checking a user's rules counts in it
     refused: list = []
@@ -131,7 +143,8 @@ def optimize(
                                                          progress=progress)
     rules_seconds = time.perf_counter() - started
     cost = make_cost_model(cost_model, target)
-    judge = _region_guard(region_guard, guard, cost, target, guard_repeats)
+    judge = _region_guard(region_guard, guard, cost, target, guard_repeats,
+                          mod.opset if isinstance(mod, OnnxModel) else None)
     report = Report({}, str(target) if named else None, options, guard, SearchStats(), Counter(),
                     started, rules_seconds=rules_seconds, rules_refused=refused)
     bar = progress_bar("tvm-taso search", "region") if progress else None
@@ -212,14 +225,17 @@ def _count_kernels(report: Report, result: Result, mod, new_mod, target) -> None
         report.kernels_after = report.kernels_before if new_mod is mod else launched_kernels(new_mod, target)
 
 
-def _region_guard(region_guard, guard, cost, target, repeats: int) -> RegionGuard | None:
-    """The region judge ``optimize`` was asked for (see its ``region_guard``), or None."""
+def _region_guard(region_guard, guard, cost, target, repeats: int, opset: int | None) -> RegionGuard | None:
+    """The region judge ``optimize`` was asked for (see its ``region_guard``), or None. An
+    ``ort`` target times regions in onnxruntime unless ``region_guard=False``."""
     if isinstance(region_guard, RegionGuard):
         return region_guard
     if region_guard not in (None, True, False):
         raise ValueError(f"region_guard must be None, True, False or a RegionGuard, got {region_guard!r}")
     if region_guard is False:
         return None
+    if target.runtime is not None:
+        return RegionGuard(target, repeats=repeats, opset=opset)
     if region_guard is None and not (guard is True or cost.name == "measure"):
         return None
     if targets.device(target) is None:

@@ -1,0 +1,333 @@
+"""onnxruntime as the runtime an ONNX model is optimized for: ``target="ort[:provider][,key=value...]"``.
+
+The ONNX workflow writes a model that runs in onnxruntime (or TensorRT through it), whose
+kernels, fusions and layouts are not TVM's. An :class:`OrtRuntime` names an execution provider
+as onnxruntime does (``cpu``, ``cuda``, ``tensorrt``, ... or the full ``CUDAExecutionProvider``),
+the provider's options and the session's (``intra_op_num_threads=2``: any attribute of
+``onnxruntime.SessionOptions``; every other key is the provider's). Sessions run with
+onnxruntime's graph optimizations on, as a user's do, so a rewrite that breaks one of its
+fusions measures slower.
+
+:class:`OrtSession` is one model loaded in a session with inputs to run it, timed like
+:class:`~tvm_taso.cost.latency.CompiledModule` (and compared with
+:func:`~tvm_taso.cost.latency.compare_builds`). :func:`region_model` and :func:`kernel_model`
+write a search graph and a fused kernel as small ONNX models: what the region guard
+(:class:`tvm_taso.guard.RegionGuard`) and the ``ort`` cost model (:mod:`tvm_taso.cost.ort`) time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+
+import numpy as np
+
+from tvm_taso.target import TargetError
+
+log = logging.getLogger("tvm_taso.ort")
+
+PREFIX = "ort"
+# short names -> onnxruntime's provider names
+PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "dnnl": "DnnlExecutionProvider",
+    "directml": "DmlExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+}
+# the TVM target whose analytic model stands in for a provider's kernels (the search's fallback
+# pricing); a provider not named here runs on the CPU
+PROXY = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda", "ROCMExecutionProvider": "rocm",
+         "MIGraphXExecutionProvider": "rocm"}
+GRAPH_OPTIMIZATION = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+                      "all": "ORT_ENABLE_ALL"}
+
+
+def is_spelling(text) -> bool:
+    """Whether ``text`` names onnxruntime (``ort``, ``ort:cuda``, ``ort,intra_op_num_threads=1``)."""
+    if not isinstance(text, str):
+        return False
+    head = text.strip().split(",", 1)[0]
+    return head == PREFIX or head.startswith(PREFIX + ":")
+
+
+def _value(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+class OrtRuntime:
+    """An onnxruntime execution provider with its options and the session options to time in.
+
+    ``provider``: a short name (:data:`PROVIDERS`) or onnxruntime's own; ``provider_options``
+    and ``session_options``: dicts of plain values. :attr:`key` tells measurements apart
+    (runtime, version, provider, options, device)."""
+
+    def __init__(self, provider: str = "cpu", provider_options: dict | None = None,
+                 session_options: dict | None = None):
+        self.provider = PROVIDERS.get(provider.lower(), provider) if provider else PROVIDERS["cpu"]
+        self.provider_options = dict(provider_options or {})
+        self.session_options = dict(session_options or {})
+
+    @staticmethod
+    def parse(text: str) -> "OrtRuntime":
+        """``ort[:provider][,key=value...]`` as an :class:`OrtRuntime`; :class:`TargetError` for
+        anything else."""
+        head, *pairs = [part.strip() for part in text.strip().split(",")]
+        if not is_spelling(head):
+            raise TargetError(f"{text!r} is not an onnxruntime target; expected ort[:provider][,key=value...]")
+        provider = head.partition(":")[2] or "cpu"
+        session_keys = _session_option_names()
+        provider_options, session_options = {}, {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise TargetError(f"target {text!r}: {pair!r} is not key=value")
+            (session_options if key in session_keys else provider_options)[key] = _value(value)
+        return OrtRuntime(provider, provider_options, session_options)
+
+    @property
+    def proxy(self) -> str:
+        """The TVM target kind whose analytic cost model prices for this provider when nothing is
+        measured (``llvm`` for CPU providers)."""
+        return PROXY.get(self.provider, "llvm")
+
+    def __str__(self) -> str:
+        short = next((k for k, v in PROVIDERS.items() if v == self.provider), self.provider)
+        options = {**self.session_options, **self.provider_options}
+        return f"{PREFIX}:{short}" + "".join(f",{k}={v}" for k, v in options.items())
+
+    def __repr__(self) -> str:
+        return f"OrtRuntime({str(self)!r})"
+
+    @functools.cached_property
+    def key(self) -> str:
+        """The measurement database's target string for timings made with this runtime here."""
+        import onnxruntime as ort
+
+        return json.dumps({"runtime": "onnxruntime", "version": ort.__version__, "provider": self.provider,
+                           "provider_options": self.provider_options, "session_options": self.session_options,
+                           "device": self.device()}, sort_keys=True, separators=(",", ":"))
+
+    def device(self) -> str:
+        """What the provider runs on: the CPU's model name, or the GPU's ``device_id``."""
+        if self.proxy == "llvm":
+            return _cpu_name()
+        return f"{self.proxy}:{self.provider_options.get('device_id', 0)}:{_gpu_name(self.provider_options.get('device_id', 0))}"
+
+    def check(self) -> None:
+        """Raise :class:`TargetError` (one line) unless onnxruntime is installed, has this provider,
+        and runs a model on it with these options."""
+        _check(self.provider, json.dumps(self.provider_options, sort_keys=True),
+               json.dumps(self.session_options, sort_keys=True))
+
+    def session(self, proto):
+        """``proto`` (an ``onnx.ModelProto``) loaded in an ``InferenceSession`` with this provider
+        and options, graph optimizations on unless the session options say otherwise."""
+        import onnxruntime as ort
+
+        from tvm_taso.io.onnx_model import OnnxModel, is_large
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3  # its warnings about unused initializers are not the user's
+        for name, value in self.session_options.items():
+            if name == "graph_optimization_level" and isinstance(value, str):
+                value = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION.get(value, value))
+            elif name == "execution_mode" and isinstance(value, str):
+                value = getattr(ort.ExecutionMode, value)
+            setattr(opts, name, value)
+        providers = [(self.provider, {k: str(v) for k, v in self.provider_options.items()})]
+        if not is_large(proto):
+            return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
+        with tempfile.TemporaryDirectory(prefix="tvm-taso-ort-") as tmp:  # over 2 GB: external data
+            path = os.path.join(tmp, "model.onnx")
+            OnnxModel(proto, "", {}).save(path)
+            return ort.InferenceSession(path, opts, providers=providers)
+
+
+@functools.cache
+def _session_option_names() -> frozenset:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return frozenset(("intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level",
+                          "execution_mode"))
+    return frozenset(n for n in dir(ort.SessionOptions) if not n.startswith("_")
+                     and not callable(getattr(ort.SessionOptions, n)))
+
+
+@functools.cache
+def _check(provider: str, provider_options: str, session_options: str) -> None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise TargetError("target ort times models in onnxruntime: pip install onnxruntime "
+                          "(or onnxruntime-gpu for the CUDA and TensorRT providers)") from None
+    available = ort.get_available_providers()
+    if provider not in available:
+        raise TargetError(f"onnxruntime {ort.__version__} has no {provider} here; available: "
+                          f"{', '.join(available)} (ort:cpu, or install the onnxruntime build with it)")
+    runtime = OrtRuntime(provider, json.loads(provider_options), json.loads(session_options))
+    probe = _probe_model()
+    try:
+        session = runtime.session(probe)
+        session.run(None, {"x": np.ones((1, 4), np.float32)})
+    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types
+        raise TargetError(f"onnxruntime cannot run a model on {provider} with options {runtime}: "
+                          f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}") from None
+    if session.get_providers()[0] != provider:  # it fell back: no device for the provider
+        raise TargetError(f"onnxruntime has {provider} but no device for it here (it fell back to "
+                          f"{session.get_providers()[0]}); available: {', '.join(available)}")
+
+
+def _probe_model():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@functools.cache
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def _gpu_name(device_id) -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", f"--id={device_id}"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class OrtSession:
+    """``proto`` loaded by ``runtime`` with ``feeds`` (inputs by name) to run it on; timed like a
+    :class:`~tvm_taso.cost.latency.CompiledModule`."""
+
+    def __init__(self, runtime: OrtRuntime, proto, feeds: dict[str, np.ndarray]):
+        t0 = time.perf_counter()
+        self.session = runtime.session(proto)
+        self.compile_seconds = time.perf_counter() - t0
+        names = {i.name for i in self.session.get_inputs()}
+        self.feeds = {k: v for k, v in feeds.items() if k in names}
+
+    def run(self) -> list[np.ndarray]:
+        return self.session.run(None, self.feeds)
+
+    def time_ms(self, min_repeat_ms: int = 100) -> float:
+        """One sample: mean milliseconds per call over at least ``min_repeat_ms``."""
+        calls, t0 = 0, time.perf_counter()
+        while True:
+            self.session.run(None, self.feeds)
+            calls += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed * 1e3 >= min_repeat_ms:
+                return elapsed * 1e3 / calls
+
+
+def feeds_for(proto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays for ``proto``'s inputs (static shapes), by name
+    (:func:`~tvm_taso.cost.kernel_build.random_inputs`)."""
+    from onnx import helper
+
+    from tvm_taso.cost.kernel_build import random_inputs
+    from tvm_taso.ir.ops import TensorType
+
+    inits = {t.name for t in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    types = [TensorType(tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
+                        str(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))) for i in inputs]
+    return dict(zip((i.name for i in inputs), random_inputs(types, seed)))
+
+
+def _with_initializers(proto, values: dict[int, np.ndarray]):
+    """``proto`` with its ``k``-th graph input made an initializer holding ``values[k]`` (a
+    weight onnxruntime may pre-pack or fold, as it does in the user's model)."""
+    from onnx import numpy_helper
+
+    inputs = list(proto.graph.input)
+    del proto.graph.input[:]
+    for k, inp in enumerate(inputs):
+        if k in values:
+            proto.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(values[k]), inp.name))
+        else:
+            proto.graph.input.append(inp)
+    return proto
+
+
+def region_model(g, opset: int | None = None):
+    """A search graph, weights folded (:func:`~tvm_taso.ir.graph.fold_constants`), as an ONNX
+    model: its constants are initializers, every other leaf (and an opaque node's output, the
+    same call before and after a rewrite) a graph input. Raises
+    :class:`~tvm_taso.cost.kernel_build.MeasureError` or
+    :class:`~tvm_taso.io.onnx_export.ExportError` for a graph that has no such form."""
+    from tvm_taso.cost.kernel_build import graph_module
+    from tvm_taso.io.onnx_export import MIN_OPSET, export_onnx
+
+    mod, refs = graph_module(g)
+    proto = export_onnx(mod, opset=max(opset or MIN_OPSET, MIN_OPSET))
+    weights = {k: g.nodes[ref[0]].payload[0] for k, ref in enumerate(refs) if g.nodes[ref[0]].op == "const"}
+    return _with_initializers(proto, weights)
+
+
+def kernel_model(kernel, seed: int = 0):
+    """A fused kernel (:class:`~tvm_taso.cost.model.Kernel`) as an ONNX model, its operands of a
+    weight's role (:func:`weight_operands`) initializers of random values, the others inputs."""
+    from tvm_taso.cost.kernel_build import kernel_inputs, kernel_module
+    from tvm_taso.io.onnx_export import export_onnx
+
+    proto = export_onnx(kernel_module(kernel))
+    arrays = kernel_inputs(kernel, seed)
+    return _with_initializers(proto, {k: arrays[k] for k in weight_operands(kernel)})
+
+
+def weight_operands(kernel) -> set[int]:
+    """The external operands of ``kernel`` (numbered as :func:`~tvm_taso.cost.kernel_build.kernel_module`
+    makes them parameters) that are a weight in the models the search sees: a convolution's
+    kernel, a matrix multiplied into the first operand, and any later operand smaller than the
+    first (a bias, a scale, a normalization's gamma). A kernel records shapes, not which
+    operands are constants, and onnxruntime pre-packs and folds constants, so they are
+    initializers when it is timed."""
+    from tvm_taso.ir import ops
+
+    weights, k, types = set(), 0, []
+    for op, attrs, operands in kernel.ops:
+        shapes = [o[1] if o[0] == "in" else types[o[1]][o[2]] for o in operands]
+        types.append(list(ops.OPS[op].infer(shapes, dict(attrs))))
+        for i, o in enumerate(operands):
+            if o[0] != "in":
+                continue
+            first = shapes[0]
+            if i > 0 and (op == "conv2d" and i == 1 or op == "matmul" and i == 1 and len(o[1].shape) == 2
+                          or len(o[1].shape) < len(first.shape) or np.prod(o[1].shape) < np.prod(first.shape)):
+                weights.add(k)
+            k += 1
+    return weights
