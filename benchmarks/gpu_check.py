@@ -16,6 +16,14 @@ outputs against the original's, and prints a markdown table. ``--out`` receives
 ``gpu_check.json`` (rewritten after each model). ``--compile-only`` builds everything (no
 device needed: CUDA compiles on a CPU machine with a stub libcuda) and times nothing.
 ``--quick`` uses tiny sizes (what a CPU dry run uses).
+
+Then the ONNX path for onnxruntime (:func:`check_ort`): for each of ``--ort`` (default
+``ort:cuda ort:tensorrt``) that this machine's onnxruntime has, the ONNX benchmark models are
+optimized with that target (kernels and regions timed with the provider) and the original and
+optimized models timed side by side in it. A provider onnxruntime does not have here is a row
+that says so (``onnxruntime-gpu``'s wheel in ``.devicepkgs/whl`` is installed by
+``gpu_check.sh``; its 200 MB do not fit a 64 MiB carry to a lent device machine, where the rows
+say the provider is missing). ``--ort ort:cpu`` runs the stage on a CPU machine.
 """
 
 from __future__ import annotations
@@ -222,6 +230,11 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny model sizes")
     p.add_argument("--compile-only", action="store_true", help="build everything, time nothing (no GPU needed)")
     p.add_argument("--out", default=os.environ.get("OUT"), help="folder for gpu_check.json")
+    p.add_argument("--ort", nargs="*", default=["ort:cuda", "ort:tensorrt"],
+                   help="onnxruntime targets to optimize and time the ONNX models for (default ort:cuda ort:tensorrt; "
+                   "none: skip the stage)")
+    p.add_argument("--ort-models", nargs="*", default=["resnext50", "inception-v3", "bert-base"])
+    p.add_argument("--ort-search-limit", type=float, default=40.0, help="search seconds per model and provider")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
@@ -265,14 +278,83 @@ def main(argv=None) -> int:
         row["seconds"] = round(time.perf_counter() - t0, 1)
         rows.append(row)
         print(json.dumps(row, default=str), flush=True)
-        if out_path:
-            with open(out_path, "w") as f:
-                json.dump({"info": info, "rows": rows, "db": MeasurementDB().summary()}, f, indent=1, default=str)
+        _save(out_path, info, rows, [])
+    ort_rows = check_ort(args, deadline, lambda so_far: _save(out_path, info, rows, so_far))
+    _save(out_path, info, rows, ort_rows)
     print()
     print(table(rows))
     print()
+    print(ort_table(ort_rows))
+    print()
     print(json.dumps(MeasurementDB().summary(), indent=1))
     return 0
+
+
+def _save(out_path, info, rows, ort_rows) -> None:
+    from tvm_taso.cost.database import MeasurementDB
+
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump({"info": info, "rows": rows, "ort": ort_rows, "db": MeasurementDB().summary()}, f, indent=1,
+                      default=str)
+
+
+def check_ort(args, deadline: float, save) -> list:
+    """The ONNX benchmark models optimized for each onnxruntime target of ``args.ort`` and timed
+    there against the original (see the module docstring); one row per model and provider."""
+    import tvm_taso
+    from tvm_taso.cli.checking import bench_in_runtime
+    from tvm_taso.target import TargetError, resolve
+
+    from . import models
+
+    rows: list = []
+    for spelling in args.ort or []:
+        try:
+            resolve(spelling).runtime.check()
+        except (TargetError, ImportError) as err:
+            rows.append({"runtime": spelling, "error": f"skipped: {err}"})
+            print(json.dumps(rows[-1]), flush=True)
+            continue
+        for name in args.ort_models:
+            if deadline - time.time() < 30 + args.ort_search_limit:
+                rows.append({"runtime": spelling, "model": name, "error": "skipped: deadline"})
+                continue
+            t0 = time.perf_counter()
+            try:
+                model = tvm_taso.load_onnx(models.build(name, quick=args.quick), name=name)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    new, report = tvm_taso.optimize(model, target=spelling, time_limit=args.ort_search_limit)
+                timing = bench_in_runtime(model, new, spelling, repeat=args.repeat)
+                regions = report.get("region_guard") or {}
+                row = {"runtime": spelling, "model": name, "speedup": timing["speedup"],
+                       "speedup_quartiles": timing["speedup_quartiles"], "original_ms": timing["original"]["median_ms"],
+                       "optimized_ms": timing["optimized"]["median_ms"], "regions_timed": regions.get("regions", 0),
+                       "regions_kept": regions.get("kept", 0), "kernels_measured": report["cost_model"].get("measured"),
+                       "guard": report.get("guard"), "applied": report["applied"]}
+            except Exception as err:  # noqa: BLE001 - one model's failure must not end the check
+                traceback.print_exc()
+                row = {"runtime": spelling, "model": name, "error": f"{type(err).__name__}: {str(err)[:500]}"}
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            rows.append(row)
+            print(json.dumps(row, default=str), flush=True)
+            save(rows)
+    return rows
+
+
+def ort_table(rows: list) -> str:
+    lines = ["| runtime | model | original ms | optimized ms | speedup (quartiles) | regions timed / kept | rules |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['runtime']} | {r.get('model', '')} | {r['error'][:100]} | | | | |")
+            continue
+        low, high = r["speedup_quartiles"]
+        lines.append(f"| {r['runtime']} | {r['model']} | {r['original_ms']:.3f} | {r['optimized_ms']:.3f} "
+                     f"| {r['speedup']:.3f} ({low:.3f}–{high:.3f}) | {r['regions_timed']} / {r['regions_kept']} "
+                     f"| {', '.join(f'{k}×{v}' for k, v in r['applied'].items()) or 'none'} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

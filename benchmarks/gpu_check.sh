@@ -3,9 +3,15 @@
 # kernel times and print end-to-end latency without TasoOptimize, with the analytic cost model
 # and with measured costs (benchmarks/gpu_check.py does the work; see its docstring).
 #
+# Then the ONNX models optimized for onnxruntime's CUDA and TensorRT providers (ort:cuda,
+# ort:tensorrt) and timed there, where this machine's onnxruntime has them.
+#
 # Prepare once, here (no GPU needed; ~3 minutes):
 #   bash ../shared/tools/pack_tvm_for_device.sh .devicepkgs
 #   echo /.devicepkgs/ >> "$(git rev-parse --git-path info/exclude)"
+# and, for the onnxruntime stage on a machine without onnxruntime-gpu:
+#   pip download onnxruntime-gpu --no-deps --only-binary :all: -d .devicepkgs/whl
+# (about 200 MB: more than a lent device machine's 64 MiB carry; there those rows say so).
 # Dry runs here: `bash benchmarks/gpu_check.sh --target llvm --quick` (CPU), and the CUDA
 # compile path with a stub libcuda (../shared/tools/libcuda_stub.c):
 #   LD_LIBRARY_PATH=DIR bash benchmarks/gpu_check.sh --quick --compile-only \

@@ -47,7 +47,11 @@ def load(name: str, work: Path):
     from .zoo import export
 
     path = work / f"{name}.onnx"
-    export(name, "classic", "static", path)
+    try:
+        export(name, "classic", "static", path)
+    except Exception:  # noqa: BLE001 - an op the classic exporter lacks (ViT's fused attention)
+        log.info("%s: the classic exporter failed; exporting with dynamo", name)
+        export(name, "dynamo", "static", path)
     return tvm_taso.load_onnx(str(path), name=name), "zoo"
 
 

@@ -31,6 +31,8 @@ class TasoOptimize:
     min_gain : least relative gain a rewrite must bring (default 1e-6).
     search : ``"backtrack"`` (default), ``"eqsat"`` (equality saturation with egglog) or
         ``"auto"``; see :func:`tvm_taso.optimize`.
+    workers : processes searching regions (default: the cores this process may use); the
+        result is the same as with one.
 
     Options out of range and unknown targets raise ValueError (one line) here, at
     construction; what happens inside a pipeline never fails it.
@@ -39,12 +41,12 @@ class TasoOptimize:
     """
 
     def __init__(self, target=None, *, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0,
-                 guard=False, region_size=32, min_gain=1e-6, search="backtrack"):
+                 guard=False, region_size=32, min_gain=1e-6, search="backtrack", workers=None):
         from tvm_taso import target as targets
         from tvm_taso.search import SearchOptions, check_search
 
         self.options = SearchOptions(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size,
-                                     min_gain=min_gain, kind=search)
+                                     min_gain=min_gain, kind=search, workers=workers)
         check_search(search)
         self.target = targets.resolve(target) if target is not None else None
         self.rules = rules

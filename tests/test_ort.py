@@ -200,3 +200,12 @@ def test_the_html_report_lists_each_region_verdict(tmp_path):
     assert page.count("kept (faster in at least 3 rounds of 4") == 1
     assert page.count("dropped (not measurably faster") == 1
     assert "whole-model guard" in page and "measured in ort:cpu" in page
+
+
+def test_commands_that_build_with_tvm_refuse_an_onnxruntime_target(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_model(), path)
+    out = subprocess.run([sys.executable, "-m", "tvm_taso.cli", "compile", str(path), "--target", "ort", "-o",
+                          str(tmp_path / "m.so")], capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "this command builds with TVM" in out.stderr and not (tmp_path / "m.so").exists()

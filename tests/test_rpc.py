@@ -116,3 +116,71 @@ def test_measured_cost_through_rpc_in_optimize(server, worker, tmp_path):
     assert "127.0.0.1" in d["remote"]
     assert all(r.ok for r in cost.db.records())
     assert math.isfinite(report["cost_after"])
+
+
+def _two_matmuls_onnx(path) -> None:
+    """x @ w1 and x @ w2 (different widths: two kernels to measure, and a merge to try)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, (16, 16), rng.standard_normal(256).astype(np.float32))
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, (16, 32), rng.standard_normal(512).astype(np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("MatMul", ["x", "w2"], ["b"])], "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (8, 16))],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, (8, 16)),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, (8, 32))], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def test_optimize_measures_on_a_tracker_fleet_and_a_second_run_measures_nothing(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado")
+    model = tmp_path / "two.onnx"
+    _two_matmuls_onnx(model)
+    env = dict(os.environ, TVM_TASO_CACHE=str(tmp_path / "cache"))
+    with LocalTracker(LOOPBACK, BASE_PORT + 600) as t, \
+            LocalServer(LOOPBACK, BASE_PORT + 800, tracker=(LOOPBACK, t.port), key="fleet"), \
+            LocalServer(LOOPBACK, BASE_PORT + 900, tracker=(LOOPBACK, t.port), key="fleet"):
+        t.wait_for("fleet", 2)
+
+        def optimize(report):
+            cmd = [sys.executable, "-m", "tvm_taso.cli", "optimize", str(model), "-o", str(tmp_path / "out.onnx"),
+                   "--target", "llvm", "--cost", "rpc", "--rpc", f"{LOOPBACK}:{t.port}/fleet", "--time-limit", "120",
+                   "--report", str(report)]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+            assert out.returncode == 0, out.stderr
+            return json.loads(report.read_text())["cost_model"]
+
+        first = optimize(tmp_path / "first.json")
+        assert first["measured"] >= 2 and first["failed"] == 0
+        assert f"tracker={LOOPBACK}:{t.port} key=fleet" in first["remote"]
+        records = MeasurementDB(tmp_path / "cache").records()
+        servers = {r.measured_on for r in records}
+        assert len(servers) == 2, servers  # the model's two kernels, measured on both servers at once
+        assert all(r.ok and '"taso:device":"fleet"' in r.target for r in records)
+        second = optimize(tmp_path / "second.json")
+        assert second["measured"] == 0 and second["cached"] >= first["measured"]
+        assert len(MeasurementDB(tmp_path / "cache").records()) == len(records)
+
+
+def test_an_unreachable_tracker_is_one_line_before_any_search(tmp_path):
+    import subprocess
+    import sys
+
+    model = tmp_path / "two.onnx"
+    _two_matmuls_onnx(model)
+    port = _free_port()
+    out = subprocess.run([sys.executable, "-m", "tvm_taso.cli", "optimize", str(model), "-o", str(tmp_path / "o.onnx"),
+                          "--cost", "rpc", "--rpc", f"{LOOPBACK}:{port}/fleet"], capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot reach the RPC tracker at {LOOPBACK}:{port}" in lines[0]
+    assert "searching" not in out.stderr and not (tmp_path / "o.onnx").exists()

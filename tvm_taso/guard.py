@@ -77,16 +77,17 @@ def guard(before, after, target, repeats: int = 7) -> dict:
     return dict(decide(result), seconds=time.perf_counter() - t0)
 
 
-def guard_in_runtime(before, after, feeds: dict, runtime, repeats: int = 7) -> dict:
+def guard_in_runtime(before, after, feeds: dict, runtime, repeats: int = 15) -> dict:
     """The guard in onnxruntime: the ONNX models ``before`` and ``after`` loaded with ``runtime``
     (an :class:`~tvm_taso.ort.OrtRuntime`) and timed side by side on ``feeds`` (inputs by
-    name); a model that does not load or run is not faster."""
+    name), ``repeats`` rounds of at least 200 ms each; a model that does not load or run is not
+    faster."""
     from tvm_taso.ort import OrtSession
 
     t0 = time.perf_counter()
     try:
         builds = {"before": OrtSession(runtime, before, feeds), "after": OrtSession(runtime, after, feeds)}
-        result = compare_builds(builds, repeats, min_repeat_ms=50)
+        result = compare_builds(builds, repeats, min_repeat_ms=200)
     except Exception as err:  # noqa: BLE001 - a model that does not run is not faster
         log.warning("guard: timing in onnxruntime failed (%s: %s); keeping the original", type(err).__name__, err)
         return {"kept": False, "measured": False, "runtime": str(runtime),

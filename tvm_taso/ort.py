@@ -174,7 +174,7 @@ def _check(provider: str, provider_options: str, session_options: str) -> None:
     try:
         import onnxruntime as ort
     except ImportError:
-        raise TargetError("target ort times models in onnxruntime: pip install onnxruntime "
+        raise TargetError("target ort times models in onnxruntime: pip install 'tvm-taso[ort]' "
                           "(or onnxruntime-gpu for the CUDA and TensorRT providers)") from None
     available = ort.get_available_providers()
     if provider not in available:
@@ -243,7 +243,9 @@ class OrtSession:
         return self.session.run(None, self.feeds)
 
     def time_ms(self, min_repeat_ms: int = 100) -> float:
-        """One sample: mean milliseconds per call over at least ``min_repeat_ms``."""
+        """One sample: mean milliseconds per call over at least ``min_repeat_ms``, after one call
+        not timed (timed side by side, the other session's threads may still be spinning)."""
+        self.session.run(None, self.feeds)
         calls, t0 = 0, time.perf_counter()
         while True:
             self.session.run(None, self.feeds)

@@ -1,4 +1,5 @@
-"""``tvm-taso cost show|train``: the measurement database and the learned cost model."""
+"""``tvm-taso cost show|train|measure``: the measurement database, the learned cost model, and
+measuring a model's kernels into the database (here, or on RPC devices)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,24 @@ def add_cost_command(subparsers) -> None:
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--json", action="store_true", help="print the metrics as JSON")
     tr.set_defaults(func=cmd_cost_train)
+
+    me = sub.add_parser(
+        "measure",
+        help="measure an ONNX model's kernels into the database, here or on RPC devices",
+        description="Build and time every distinct fused kernel of IN.onnx's graph for --target, on this "
+        "machine or, with --rpc, on remote devices through TVM's RPC (one kernel per device at a time, all "
+        "devices at once); kernels the database already holds are not measured again.",
+    )
+    me.add_argument("input", help="the ONNX model")
+    me.add_argument("--target", default="llvm", help="llvm, cuda or a JSON target (default llvm)")
+    me.add_argument("--rpc", metavar="HOST:PORT/KEY",
+                    help="a tracker and the key its devices registered under, or HOST:PORT,HOST:PORT for servers")
+    me.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="sizes for dynamic dimensions")
+    me.add_argument("--repeats", type=int, default=10, help="timed runs per kernel (default 10)")
+    me.add_argument("--timeout", type=float, default=60.0, help="seconds per kernel (default 60)")
+    me.add_argument("--db", default=None, help="database file or folder (default $TVM_TASO_CACHE or ~/.cache/tvm-taso)")
+    me.add_argument("--json", action="store_true", help="print the summary as JSON")
+    me.set_defaults(func=cmd_cost_measure)
 
 
 def cmd_cost_show(args) -> int:
@@ -107,4 +126,63 @@ def cmd_cost_train(args) -> int:
     print(f"  median relative error    {fmt(metrics['median_rel_error'], True)}"
           f"   (scaled roofline {fmt(metrics.get('analytic_median_rel_error'), True)})")
     print(f"  saved                    {path}")
+    return 0
+
+
+def cmd_cost_measure(args) -> int:
+    import tvm_taso
+    from tvm_taso.cost.measure import LocalMeasurer, db_target
+    from tvm_taso.cost.model import kernels
+    from tvm_taso.cost.rpc.fleet import open_fleet
+    from tvm_taso.cost.rpc.measurer import RPCUnavailable
+    from tvm_taso.errors import InputError
+    from tvm_taso.io.onnx_bridge import OnnxGraph
+    from tvm_taso.io.onnx_import import parse_shape
+    from tvm_taso.progress import progress_bar
+
+    targets.parse(args.target)  # an unknown target: one line listing what is accepted
+    try:
+        measurer = open_fleet(args.rpc) if args.rpc else LocalMeasurer()
+    except (RPCUnavailable, ValueError) as err:
+        raise InputError(f"--rpc {args.rpc}: {err}") from None
+    model = tvm_taso.load_onnx(args.input, shapes=dict(parse_shape(s) for s in args.shape or []))
+    todo = list(dict.fromkeys(kernels(OnnxGraph(model).graph)))
+    db = MeasurementDB(args.db)
+    tstr = targets.canonical(args.target)
+    record_target = measurer.record_target(db_target(tstr, None))
+    known = [k for k in todo if db.get(k.key(), record_target) is not None]
+    new = [k for k in todo if db.get(k.key(), record_target) is None]
+    bar = progress_bar("tvm-taso cost measure", "kernel", total=len(new))
+    step = bar.update if bar is not None else None
+    records = []
+    try:
+        if args.rpc:
+            records = measurer.measure(new, tstr, db=db, repeats=args.repeats, timeout=args.timeout, progress=step)
+        else:
+            for k in new:
+                rec = measurer(k, tstr, args.repeats, args.timeout)
+                if not rec.error.startswith("MeasureError"):
+                    db.add(rec)
+                    records.append(rec)
+                if step is not None:
+                    step()
+    finally:
+        if bar is not None:
+            bar.close()
+        close = getattr(measurer, "close", None)
+        if close is not None:
+            close()
+    done = [r for r in records if r is not None]
+    summary = {"model": model.name, "target": record_target, "kernels": len(todo), "known": len(known),
+               "measured": len(done), "failed": sum(not r.ok for r in done),
+               "unmeasured": len(new) - len(done), "measured_on": dict(Counter(r.measured_on or "here" for r in done)),
+               "db": str(db.path)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{summary['kernels']} kernels: {summary['known']} already in the database, {summary['measured']} measured "
+          f"({summary['failed']} failed), {summary['unmeasured']} not measured")
+    for where, n in sorted(summary["measured_on"].items()):
+        print(f"  {n:>5}  on {where}")
+    print(f"database         {summary['db']}")
     return 0

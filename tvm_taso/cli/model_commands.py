@@ -53,11 +53,14 @@ def add_model_commands(sub) -> None:
                          "(tvm.ir.save_json; load it with tvm.ir.load_json); --check compares it with eager PyTorch.")
     model_args(opt)
     opt.add_argument("-o", "--output", required=True, help="where to write the optimized ONNX model")
-    opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned", "ort"],
+    opt.add_argument("--rpc", metavar="HOST:PORT/KEY",
+                     help="measure kernels on remote devices through TVM's RPC (--cost rpc): a tracker and the key "
+                     "its devices registered under, or HOST:PORT,HOST:PORT for servers")
+    opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned", "ort", "rpc"],
                      help="cost model: analytic (roofline), measure (build and time kernels on the target), "
                      "learned (XGBoost trained with `tvm-taso cost train`), ort (time kernels in onnxruntime; "
                      "--target ort), auto (default: ort for --target ort, else measure on a local GPU, else "
-                     "learned if trained, else analytic)")
+                     "learned if trained, else analytic; rpc with --rpc)")
     opt.add_argument("--rules", help="a rule file to use instead of the shipped library")
     opt.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
     opt.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
@@ -104,17 +107,24 @@ def _search_arg(parser) -> None:
                         help="backtrack (TASO's search, default), eqsat (equality saturation with egglog, "
                         "TENSAT's search; pip install 'tvm-taso[eqsat]'), auto (eqsat, plus backtracking on "
                         "small regions)")
+    parser.add_argument("-j", "--jobs", dest="workers", type=int, default=None, metavar="N",
+                        help="processes searching regions (default: the cores this process may use); the "
+                        "result is the same as with -j 1")
 
 
-def _target(text: str):
+def _target(text: str, runtime_ok: bool = False):
     """``--target`` as ``optimize`` takes it: a name or tag as is, a JSON object as a dict.
 
     Checked with :func:`tvm_taso.target.parse` first, so an unknown target is a
-    :class:`~tvm_taso.target.TargetError` before any work starts.
+    :class:`~tvm_taso.target.TargetError` before any work starts; an onnxruntime target only
+    where ``runtime_ok`` (the commands that build with TVM refuse it).
     """
     from tvm_taso import target
 
     runtime = target.resolve(text).runtime
+    if runtime is not None and not runtime_ok:
+        raise InputError(f"--target {text}: onnxruntime is a target for `tvm-taso optimize` and `bench --runtime` "
+                         "of ONNX models; this command builds with TVM (give llvm, cuda, ...)")
     if runtime is not None:
         runtime.check()  # no onnxruntime, no such provider or no device for it: one line
     text = text.strip()
@@ -122,7 +132,7 @@ def _target(text: str):
 
 
 # the search options as the command line spells them
-_OPTION_FLAGS = {"alpha": "--alpha", "budget": "--budget", "time_limit": "--time-limit"}
+_OPTION_FLAGS = {"alpha": "--alpha", "budget": "--budget", "time_limit": "--time-limit", "workers": "--jobs"}
 
 
 def _check_options(args) -> None:
@@ -195,13 +205,16 @@ def _rules(args):
         raise InputError(f"--rules: {err}") from None
 
 
-def _cost_model(name: str, target):
+def _cost_model(name: str, target, rpc=None):
     """The cost model ``--cost`` names, from the one factory; a model that cannot be had (no
-    trained model for the target) is an :class:`InputError`."""
+    trained model for the target, an RPC fleet that cannot be reached) is an :class:`InputError`."""
     from tvm_taso.cost.factory import make_cost_model
+    from tvm_taso.cost.rpc.measurer import RPCUnavailable
 
     try:
-        return make_cost_model(name, target)
+        return make_cost_model(name, target, rpc=rpc)
+    except RPCUnavailable as err:
+        raise InputError(f"--rpc {rpc}: {err}") from None
     except ValueError as err:
         raise InputError(f"--cost {name}: {err}") from None
 
@@ -227,6 +240,7 @@ def cmd_example(args) -> int:
         time_limit=args.time_limit,
         progress=True,
         search=args.search,
+        workers=args.workers,
     )
     print(f"model            {args.model} ({len(mod['main'].body.blocks[0].bindings)} bindings), "
           f"priced for {target}")
@@ -250,11 +264,11 @@ def cmd_optimize(args) -> int:
     from tvm_taso.cli.checking import CheckFailed, check_line, failure_line
 
     _check_options(args)
-    target = _target(args.target)
+    target = _target(args.target, runtime_ok=True)
     paths = {"-o": args.output, "--report": args.report, "--html": args.html}
     _check_outputs(args, **paths)
     shapes, rules = _shapes(args), _rules(args)  # bad input before any work
-    cost_model = _cost_model(args.cost, target)
+    cost_model = _cost_model(args.cost, target, args.rpc)
     _quiet_skips()
     source = _read_source(args, shapes, paths)
     _step(f"searching ({len(rules)} rules, time limit {args.time_limit:g} s)")
@@ -269,6 +283,7 @@ def cmd_optimize(args) -> int:
         progress=True,
         guard=args.guard or None,  # None: the target's default (on for onnxruntime)
         search=args.search,
+        workers=args.workers,
     )
     if args.check:
         _step(f"checking outputs on random inputs ({source.check_how})")
@@ -449,7 +464,7 @@ def _bench_in_runtime(args) -> int:
 
     if not targets.resolve(args.runtime).runtime:
         raise InputError(f"--runtime {args.runtime!r}: expected ort[:provider][,key=value...]")
-    runtime = _target(args.runtime)
+    runtime = _target(args.runtime, runtime_ok=True)
     _check_outputs(args, **{"--json": args.json})
     _quiet_skips()
     model = tvm_taso.load_onnx(args.input, shapes=_shapes(args))

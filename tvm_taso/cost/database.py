@@ -65,6 +65,7 @@ class Record:
     error: str = ""
     created: float = field(default_factory=time.time)
     tvm_version: str = field(default_factory=_tvm_version)
+    measured_on: str = ""  # the remote that measured it ("" for this machine)
 
     @property
     def ok(self) -> bool:
@@ -103,6 +104,7 @@ class Record:
             error=str(data.get("error") or ""),
             created=float(data.get("created") or 0.0),
             tvm_version=str(data.get("tvm_version") or ""),
+            measured_on=str(data.get("measured_on") or ""),
         )
         problem = rec.problem()
         if problem:

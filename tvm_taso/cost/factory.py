@@ -10,10 +10,10 @@ from tvm_taso.cost.model import CostModel
 
 log = logging.getLogger("tvm_taso.cost.factory")
 
-NAMES = ("auto", "analytic", "measure", "learned", "ort")
+NAMES = ("auto", "analytic", "measure", "learned", "ort", "rpc")
 
 
-def make_cost_model(cost_model, target) -> CostModel:
+def make_cost_model(cost_model, target, rpc=None) -> CostModel:
     """The cost model named by ``cost_model`` for ``target``:
 
     * ``"analytic"``: the roofline :class:`~tvm_taso.cost.analytic.AnalyticCost`;
@@ -21,6 +21,11 @@ def make_cost_model(cost_model, target) -> CostModel:
       target, remembered in the measurement database);
     * ``"learned"``: the :class:`~tvm_taso.cost.learned.LearnedCost` trained for the target
       (ValueError if there is none);
+    * ``"rpc"``: :class:`~tvm_taso.cost.rpc.RPCMeasuredCost` on the devices ``rpc`` names
+      (:func:`tvm_taso.cost.rpc.fleet.parse`: ``"host:port/key"`` for a tracker,
+      ``"host:port,host:port"`` for servers), reached before it is returned
+      (:class:`~tvm_taso.cost.rpc.RPCUnavailable`, one line, when they cannot be); ``rpc`` given
+      with ``"auto"`` means ``"rpc"``;
     * ``"ort"``: :class:`~tvm_taso.cost.ort.OrtCost` (each kernel timed in onnxruntime), for an
       ``ort`` target only (:mod:`tvm_taso.ort`); ``measure`` and ``learned`` price TVM's kernels,
       so an ``ort`` target refuses them;
@@ -35,6 +40,15 @@ def make_cost_model(cost_model, target) -> CostModel:
         if callable(reset):
             reset()
         return cost_model
+    if cost_model == "rpc" or (rpc is not None and cost_model in (None, "auto")):
+        if rpc is None:
+            raise ValueError("cost model 'rpc' measures on remote devices: give rpc='host:port/key' (a tracker) "
+                             "or 'host:port,host:port' (servers)")
+        from tvm_taso.cost.rpc.fleet import fleet_cost
+
+        return fleet_cost(rpc, target)
+    if rpc is not None:
+        raise ValueError(f"rpc= is for cost_model='rpc', not {cost_model!r}")
     runtime = targets.resolve(target).runtime if cost_model != "analytic" else None
     if cost_model == "ort" or (runtime is not None and cost_model in (None, "auto")):
         if runtime is None:

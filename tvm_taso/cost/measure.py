@@ -27,7 +27,7 @@ from tvm_taso import target as targets
 from tvm_taso.cost.analytic import AnalyticCost
 from tvm_taso.cost.database import MeasurementDB, Record
 from tvm_taso.cost.kernel_build import MeasureError, build_kernel, kernel_inputs
-from tvm_taso.cost.model import CostModel, Kernel
+from tvm_taso.cost.model import CostModel, Kernel, kernels
 from tvm_taso.cost.worker import Worker, resolve, shared_worker, short_error
 
 log = logging.getLogger("tvm_taso.cost.measure")
@@ -122,6 +122,7 @@ def result_record(kernel: Kernel, target: str, result: dict) -> Record:
         median_us=None if median is None else float(median),
         samples_us=[float(s) for s in result.get("samples_us") or []] if status == "ok" else [],
         error=str(result.get("error") or ""),
+        measured_on=str(result.get("measured_on") or ""),
     )
 
 
@@ -170,6 +171,7 @@ class MeasuredCost(CostModel):
     before timing (CPU timings of untuned kernels mislead)."""
 
     name = "measure"
+    measures = True
 
     def __init__(
         self,
@@ -219,6 +221,46 @@ class MeasuredCost(CostModel):
         if self.time_limit is not None and self._budget_seconds >= self.time_limit:
             return False
         return True
+
+    def _graph_cost(self, g) -> float:
+        """The graph's cost; with a measurer that measures many kernels at once (an
+        :class:`~tvm_taso.cost.rpc.RPCPool`: one per device), the graph's kernels not yet known
+        are measured together first, within the budget."""
+        batch = getattr(self.measurer, "measure", None)
+        if batch is not None and self._budget_left():
+            missing = [k for k in dict.fromkeys(kernels(g)) if k not in self._memo and self._known(k) is None]
+            if self.max_measurements is not None:
+                missing = missing[:max(0, self.max_measurements - self._budget_used)]
+            if len(missing) > 1:
+                self._measure_together(batch, missing)
+        return super()._graph_cost(g)
+
+    def _known(self, kernel: Kernel) -> Record | None:
+        try:
+            return self.db.get(kernel.key(), self.db_target)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _measure_together(self, batch, missing: list[Kernel]) -> None:
+        t0 = time.perf_counter()
+        try:
+            records = batch(missing, self.target, db=self.db, repeats=self.repeats, timeout=self.timeout,
+                            warmup=self.warmup, min_repeat_ms=self.min_repeat_ms, database=self.database)
+        except Exception as err:  # noqa: BLE001 - the devices failed, not the kernels: one at a time from here
+            log.warning("cannot measure kernels together (%s); measuring them one at a time", err)
+            return
+        finally:
+            dt = time.perf_counter() - t0
+            self.measure_seconds += dt
+            self._budget_seconds += dt
+        for kernel, rec in zip(missing, records):
+            if rec is None or rec.error.startswith("MeasureError"):
+                continue  # unreachable device or no module form: kernel_cost decides, one at a time
+            self._budget_used += 1
+            self.measured += 1
+            self.failed += not rec.ok
+            self._memo[kernel] = rec.cost
+        self._scale = None
 
     def kernel_cost(self, kernel: Kernel) -> float:
         try:

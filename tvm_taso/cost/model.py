@@ -116,6 +116,7 @@ class CostModel(abc.ABC):
     """Prices kernels; a graph costs the sum of its kernels. Costs are in microseconds."""
 
     name = "abstract"
+    measures = False  # times kernels on this machine (searches must not share its cores meanwhile)
 
     def __init__(self):
         self._memo: dict[Kernel, float] = {}

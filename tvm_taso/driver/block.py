@@ -13,13 +13,15 @@ from tvm_taso.cost.model import CostModel
 from tvm_taso.ir.graph import Graph, fold_constants
 from tvm_taso.rewrite.rule import Rule
 from tvm_taso.search import Judge, SearchOptions, SearchStats, search
+from tvm_taso.search.pool import RegionPool
 
 
 @dataclass
 class SearchRun:
     """What one ``optimize`` call searches every graph with: the rules, the cost model, the
     options, the deadline all of its searches share (a ``time.perf_counter()`` value), the region
-    ``judge`` if any, and ``progress()``, called after each region."""
+    ``judge`` if any, ``progress()``, called after each region, and the
+    :class:`~tvm_taso.search.pool.RegionPool` its searches share, if any."""
 
     rules: list[Rule]
     cost: CostModel
@@ -27,6 +29,7 @@ class SearchRun:
     deadline: float
     judge: Judge | None = None
     progress: Callable[[], None] | None = None
+    pool: RegionPool | None = None
 
 
 @dataclass
@@ -50,7 +53,7 @@ def search_block(graph: Graph, run: SearchRun, accept=None) -> Outcome:
     before = run.cost.cost(graph)
     stats = SearchStats()
     g = search(graph, run.rules, run.cost, run.options, deadline=run.deadline, stats=stats, progress=run.progress,
-               judge=run.judge, accept=accept)
+               judge=run.judge, accept=accept, pool=run.pool)
     folded = fold_constants(g)
     after = run.cost.cost(g)
     if not after < before * (1.0 - run.options.min_gain) or g.structural_hash() == graph.structural_hash():

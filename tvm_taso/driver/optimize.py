@@ -27,9 +27,14 @@ from tvm_taso.progress import progress_bar
 from tvm_taso.rewrite.rule import Rule, default_rules
 from tvm_taso.search import SearchOptions, SearchStats, check_search
 from tvm_taso.search.options import check_repeats
+from tvm_taso.search.pool import RegionPool
 from tvm_taso.verify.admit import admit
 
 log = logging.getLogger("tvm_taso")
+
+
+REPEATS = 7  # rounds of a guard's side-by-side timing
+ORT_REPEATS = 15  # in onnxruntime, where models and regions are cheap to time: false keeps are rarer
 
 
 class TasoSkippedWarning(UserWarning):
@@ -48,10 +53,12 @@ def optimize(
     region_size: int = 32,
     progress: bool = False,
     guard=None,
-    guard_repeats: int = 7,
+    guard_repeats: int | None = None,
     min_gain: float = 1e-6,
     search: str = "backtrack",
     region_guard=None,
+    workers: int | None = None,
+    rpc=None,
     options: SearchOptions | None = None,
 ) -> tuple[tvm.IRModule, dict]:
     """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
@@ -73,7 +80,10 @@ def optimize(
         (left out, with a warning naming the counterexample) when they fail
         (:func:`tvm_taso.verify.admit.admit`; ``load_rules(path, trust=True)`` skips this).
     cost_model : a :class:`~tvm_taso.cost.model.CostModel`, or ``"auto"``, ``"analytic"``,
-        ``"measure"``, ``"learned"`` or ``"ort"`` (see :func:`~tvm_taso.cost.factory.make_cost_model`).
+        ``"measure"``, ``"learned"``, ``"ort"`` or ``"rpc"`` (see :func:`~tvm_taso.cost.factory.make_cost_model`).
+    rpc : the devices ``cost_model="rpc"`` measures on, through TVM's RPC: ``"host:port/key"``
+        (a tracker and the key its devices registered under) or ``"host:port,host:port"`` / a
+        list (servers); checked before the search starts (one line when unreachable).
     alpha : keep exploring graphs up to ``alpha`` times the best cost (TASO's relaxation).
     budget : graphs expanded per region of the search.
     time_limit : wall-clock bound for the whole search, in seconds.
@@ -90,7 +100,8 @@ def optimize(
         ``report["regions_stopped"]`` why each region stopped (``saturated``, ``node limit``,
         ``round limit``, ``deadline``).
     guard : compile the original and the rewritten module for ``target``, time them side by
-        side on this machine's device (``guard_repeats`` rounds), and keep the rewrite only if
+        side on this machine's device (``guard_repeats`` rounds: default 7, 15 for an ``ort``
+        target, whose models and regions are cheap to time), and keep the rewrite only if
         it was faster in at least three rounds out of four (:func:`tvm_taso.guard.guard`);
         otherwise return ``mod`` unchanged. Without a device for the target the rewrite is
         kept and the report says so. ``None`` (default): on for an ``ort`` target, else off. A callable
@@ -101,7 +112,7 @@ def optimize(
         machine's device (``guard_repeats`` rounds), and only the regions measured faster are kept
         (:class:`tvm_taso.guard.RegionGuard`; comparisons are stored, so a second run measures
         nothing new). ``None`` (default): on when ``guard=True`` or the cost model measures
-        (``"measure"``) and the target's device is here; ``True``/``False`` force it; a
+        on this machine (``"measure"``) and the target's device is here; ``True``/``False`` force it; a
         ``RegionGuard`` is used as is. ``report["region_guard"]`` lists every region's verdict
         (speedup with quartiles, kept or dropped); the whole-module ``guard`` still has the last word.
 
@@ -116,17 +127,22 @@ def optimize(
     why) and more. Functions marked ``Primitive``, ``Composite`` or ``Codegen`` (BYOC partitions) are
     left alone.
 
+    workers : processes searching regions, each pass's regions ahead of the serial order
+        (:mod:`tvm_taso.search.pool`); default: the cores this process may use. The result is
+        the same as with one (unless ``time_limit`` cuts regions short); with a cost model that
+        times kernels on this machine (``measure``, ``ort``) regions are searched in one process.
     options : a :class:`~tvm_taso.search.options.SearchOptions` instead of ``alpha``, ``budget``,
-        ``time_limit``, ``region_size``, ``min_gain`` and ``search`` (and with more: the
-        backtracking's ``patience``, eqsat's limits).
+        ``time_limit``, ``region_size``, ``min_gain``, ``search`` and ``workers`` (and with more:
+        the backtracking's ``patience``, eqsat's limits).
 
     Raises ValueError (one line) for an option out of range and
     :class:`~tvm_taso.target.TargetError` for a target TVM does not know.
     """
     if options is None:
         options = SearchOptions(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size,
-                                min_gain=min_gain, kind=search)
-    check_repeats("guard_repeats", guard_repeats)
+                                min_gain=min_gain, kind=search, workers=workers)
+    if guard_repeats is not None:
+        check_repeats("guard_repeats", guard_repeats)
     check_search(options.kind)
     named = target is not None or tvm.target.Target.current(allow_none=True) is not None
     target = targets.resolve(target)  # an unknown target: one line listing what is accepted
@@ -136,22 +152,27 @@ def optimize(
                                       "tvm_taso.load_onnx, or a TVM target for a Relax module")
         target.runtime.check()  # no onnxruntime, no such provider or no device: one line
     guard = target.runtime is not None if guard is None else guard
+    if guard_repeats is None:
+        guard_repeats = ORT_REPEATS if target.runtime is not None else REPEATS
     started = time.perf_counter()
     deadline = started + options.time_limit  # checking a user's rules counts in it
     refused: list = []
     rules = default_rules() if rules is None else admit(list(rules), refused=refused, deadline=deadline,
                                                          progress=progress)
     rules_seconds = time.perf_counter() - started
-    cost = make_cost_model(cost_model, target)
+    cost = make_cost_model(cost_model, target, rpc=rpc)
     judge = _region_guard(region_guard, guard, cost, target, guard_repeats,
                           mod.opset if isinstance(mod, OnnxModel) else None)
     report = Report({}, str(target) if named else None, options, guard, SearchStats(), Counter(),
                     started, rules_seconds=rules_seconds, rules_refused=refused)
     bar = progress_bar("tvm-taso search", "region") if progress else None
-    run = SearchRun(rules, cost, options, deadline, judge, bar.update if bar is not None else None)
+    pool = RegionPool.for_run(rules, cost, options)
+    run = SearchRun(rules, cost, options, deadline, judge, bar.update if bar is not None else None, pool)
     try:
         result = _front_end(mod, run, report)
     finally:  # an interrupted search too: the bar's line is cleared before anything else is printed
+        if pool is not None:
+            pool.close()
         if bar is not None:
             bar.close()
     new_mod = result.model
@@ -236,7 +257,7 @@ def _region_guard(region_guard, guard, cost, target, repeats: int, opset: int | 
         return None
     if target.runtime is not None:
         return RegionGuard(target, repeats=repeats, opset=opset)
-    if region_guard is None and not (guard is True or cost.name == "measure"):
+    if region_guard is None and not (guard is True or (cost.name == "measure" and not getattr(cost, "remote", False))):
         return None
     if targets.device(target) is None:
         if region_guard:

@@ -17,21 +17,29 @@ where a fact costs a constant.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 from dataclasses import dataclass, field
 
 from tvm_taso.ir.ops import TensorType
-
-try:
-    from egglog import bindings as _egglog
-except ImportError:  # pragma: no cover - depends on the environment
-    _egglog = None
 
 # egglog's Rust core logs every command it runs at INFO through Python's logging (pyo3-log): with
 # logging at INFO, thousands of lines per region, and a Python call each. Quiet unless the
 # application set a level for it.
 if logging.getLogger("egglog").level == logging.NOTSET:
     logging.getLogger("egglog").setLevel(logging.WARNING)
+
+
+@functools.cache
+def _bindings():
+    """egglog's bindings, imported on first use: importing them starts a thread, and a process
+    forked after that (a region-search worker from its fork server) could deadlock in egglog."""
+    try:
+        from egglog import bindings
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    return bindings
 
 MISSING = (
     "search='eqsat' needs the egglog package: pip install 'tvm-taso[eqsat]' (or pip install 'egglog>=13')"
@@ -58,7 +66,7 @@ ENode = tuple
 
 
 def available() -> bool:
-    return _egglog is not None
+    return importlib.util.find_spec("egglog") is not None
 
 
 @dataclass
@@ -108,9 +116,10 @@ class EGraph:
     """The egglog e-graph plus the Python tables its numbers refer to."""
 
     def __init__(self):
-        if _egglog is None:
+        egglog = _bindings()
+        if egglog is None:
             raise ImportError(MISSING)
-        self._eg = _egglog.EGraph()
+        self._eg = egglog.EGraph()
         self._eg.run_program(*self._eg.parse_program(_SCHEMA))
         self._run = self._eg.parse_program("(run 1)")  # the batch's Same facts become unions
         self.op_keys: list[tuple[str, tuple]] = []  # op key -> (op, sorted attribute pairs)

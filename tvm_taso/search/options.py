@@ -69,7 +69,8 @@ class SearchOptions:
       rounding is not a gain);
     - ``kind``: one of :data:`SEARCHES`;
     - ``eqsat``: the :class:`EqsatLimits` of ``kind="eqsat"``/``"auto"``;
-    - ``workers``: an integer >= 1 (processes searching regions).
+    - ``workers``: an integer >= 1, processes searching regions (:mod:`.pool`); None (default):
+      the cores this process may use.
     """
 
     alpha: float = 1.05
@@ -80,7 +81,7 @@ class SearchOptions:
     min_gain: float = 1e-6
     kind: str = "backtrack"
     eqsat: EqsatLimits = field(default_factory=EqsatLimits)
-    workers: int = 1
+    workers: int | None = None
 
     def __post_init__(self):
         a = _real("alpha", self.alpha)
@@ -97,7 +98,8 @@ class SearchOptions:
         check_kind(self.kind)
         if not isinstance(self.eqsat, EqsatLimits):
             raise OptionError("eqsat", f"must be an EqsatLimits, got {self.eqsat!r}")
-        _int("workers", self.workers, 1)
+        if self.workers is not None:
+            _int("workers", self.workers, 1)
 
     # optimize's keyword for each option it takes under another name
     KEYWORD_NAMES = {"kind": "search"}

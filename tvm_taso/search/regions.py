@@ -6,7 +6,10 @@ straddling each boundary, so that rewrites across one are found), searches each 
 :class:`RegionSearch` (TASO's backtracking, :class:`tvm_taso.search.backtrack.Backtrack`, or
 equality saturation, :class:`tvm_taso.search.eqsat.EqsatRegion`), and splices each cheaper
 result back. A region shaped like one already searched (a repeated layer: same ops, attributes
-and types, other weights) takes that search's result instead of being searched again.
+and types, other weights) takes that search's result instead of being searched again. With a
+:class:`~tvm_taso.search.pool.RegionPool`, each pass's regions are searched ahead in worker
+processes and settled in order, with the serial run's result; a region no worker has started
+when its turn comes is searched here.
 """
 
 from __future__ import annotations
@@ -322,7 +325,7 @@ def _transplant(best: Graph, sub: Graph, leaves: list[int]) -> Graph:
 
 
 @contextmanager
-def _collector_paused():
+def collector_paused():
     """CPython's cyclic garbage collector off while one region is searched. The searches
     allocate millions of small tuples, dicts and lists, freed by reference counting, while
     e-graphs, kernel memos and candidate graphs stay live, and each collection pass walks
@@ -338,19 +341,24 @@ def _collector_paused():
 
 def search_regions(g: Graph, region_search: RegionSearch, cost: CostModel, options: SearchOptions, *,
                    deadline: float, stats: SearchStats, progress=None, judge: Judge | None = None,
-                   accept=None) -> Graph:
+                   accept=None, pool=None) -> Graph:
     """``g`` optimized region by region (see the module docstring) with ``region_search``, until
     ``deadline``. A region's rewrite is kept when it is cheaper by more than ``options.min_gain``,
     the ``judge`` (:class:`tvm_taso.guard.RegionGuard` times both) keeps it (its verdicts go to
     ``stats.decisions``), and it splices back (:func:`_splice_checked`; ``accept(graph)``, when
     given, raises for a graph that cannot be written back). ``progress()`` is called after each
-    region."""
+    region. ``pool`` (a :class:`~tvm_taso.search.pool.RegionPool`) searches each pass's regions
+    ahead in its workers."""
     started = time.perf_counter()
     splicer = _Splicer(g, cost, options.min_gain, stats, judge, accept)
     solved: dict[str, tuple[Found, list[int]]] = {}
     for straddle in (False, True):
         windows = regions(splicer.graph, options.region_size, straddle)
+        ahead = _Ahead(pool, region_search, splicer.graph, windows, solved, deadline, 1 if straddle else 2) \
+            if pool is not None and len(windows) > 1 else None
         for k, ids in enumerate(windows):
+            if ahead is not None:
+                ahead.hand_over(k)
             now = time.perf_counter()
             if now > deadline:
                 stats.regions_cut_short += len(windows) - k
@@ -374,14 +382,101 @@ def search_regions(g: Graph, region_search: RegionSearch, cost: CostModel, optio
                 stats.stop(Stop.REUSED)
                 stats.curve.append((time.perf_counter(), found.cost - start_cost))
             else:
-                with _collector_paused():
-                    found = Found(*region_search(sub, region_deadline, stats))
+                found = ahead.take(k, sub, leaves, stats) if ahead is not None else None
+                if found is None:
+                    with collector_paused():
+                        found = Found(*region_search(sub, region_deadline, stats))
                 solved[key] = (found, leaves)
             splicer.settle(region, found, start_cost)
             if progress is not None:
                 progress()
     stats.seconds += time.perf_counter() - started
     return splicer.graph
+
+
+class _Ahead:
+    """The regions of one pass, as the graph stood at its start, searched ahead of their turn:
+    handed to ``pool``'s workers whenever one is idle (:meth:`hand_over`), and searched here while
+    the region whose turn it is still runs in a worker. :meth:`take` is a region's result when its
+    turn comes. A region shaped like one already solved or taken up is not searched ahead (it
+    takes that one's result)."""
+
+    def __init__(self, pool, region_search: RegionSearch, g: Graph, windows: list[list[int]], solved: dict,
+                 deadline: float, passes_left: int):
+        self.pool, self.region_search, self.deadline = pool, region_search, deadline
+        self.todo: dict[int, Region] = {}  # the regions keep their constants alive: ids stay unique
+        seen = {(key, tuple(leaves)) for key, (_, leaves) in solved.items()}
+        for k, ids in enumerate(windows):
+            region = extract(g, ids)
+            shape = (region.sub.shape_hash(), tuple(sorted(n for n, x in region.sub.nodes.items() if x.op in LEAVES)))
+            if shape not in seen:
+                seen.add(shape)
+                self.todo[k] = region
+        if len(self.todo) < MIN_AHEAD:
+            self.todo = {}
+        # a serial pass's share of the time left for each region, times the processes searching
+        self.seconds = max(0.0, deadline - time.perf_counter()) / len(windows) / passes_left * (pool.workers + 1)
+        self.handed: dict[int, tuple] = {}  # window -> (content, future, region)
+        self.done_here: dict[int, tuple] = {}  # window -> (content, Found, SearchStats)
+
+    def hand_over(self, after: int) -> None:
+        """Hand the next regions after window ``after`` to the pool's idle workers."""
+        for k in [k for k in self.todo if k > after][:self.pool.free()]:
+            region = self.todo.pop(k)
+            future = self.pool.submit(region.sub, self.seconds, self.deadline)
+            if future is None:
+                return
+            self.handed[k] = (_content(region.sub), future, region)
+
+    def take(self, k: int, sub: Graph, leaves: list[int], stats: SearchStats) -> Found | None:
+        """The result searched ahead for window ``k`` (``sub``: the region as it is now), or None
+        when it was not searched ahead, an earlier splice changed it (it is then searched in
+        order) or its worker died. While its worker runs, the next region nobody has taken up
+        is searched here."""
+        self.todo.pop(k, None)
+        if k in self.handed:
+            content, future, _ = self.handed.pop(k)
+            while not future.done() and self._search_one_here(k):
+                self.hand_over(k)
+            done = self.pool.result(future)
+        elif k in self.done_here:
+            content, *done = self.done_here.pop(k)
+        else:
+            return None
+        if done is None:
+            return None
+        found, worker_stats = done
+        if _content(sub) != content:
+            stats.expanded += worker_stats.expanded
+            stats.candidates += worker_stats.candidates
+            return None
+        stats.absorb(worker_stats, kept=True)
+        return Found(_transplant(found.graph, sub, leaves), found.cost, found.rules)
+
+    def _search_one_here(self, after: int) -> bool:
+        """Search the first region after window ``after`` that nobody has taken up, here; False
+        when there is none."""
+        k = next((k for k in self.todo if k > after), None)
+        if k is None or time.perf_counter() > self.deadline:
+            return False
+        region = self.todo.pop(k)
+        content, here = _content(region.sub), SearchStats()
+        with collector_paused():
+            found = Found(*self.region_search(region.sub, min(self.deadline, time.perf_counter() + self.seconds),
+                                              here))
+        self.done_here[k] = (content, found, here)
+        return True
+
+
+def _content(sub: Graph) -> tuple:
+    """What a region's search depends on: its ops, attributes and types, which leaves it reads in
+    which order, and which constants (the same objects)."""
+    leaves = sorted(nid for nid, n in sub.nodes.items() if n.op in LEAVES)
+    return (sub.shape_hash(), tuple(leaves),
+            tuple(id(sub.nodes[nid].payload) for nid in leaves if sub.nodes[nid].op == "const"))
+
+
+MIN_AHEAD = 4  # distinct regions a pass must have for the pool to search them: fewer are not worth it
 
 
 class _Splicer:

@@ -11,5 +11,7 @@ class RPCMeasuredCost(MeasuredCost):
     the database, budget and fallback work the same. Records are kept under the measurer's
     :meth:`~tvm_taso.cost.rpc.measurer.RPCMeasurer.record_target`."""
 
+    remote = True  # its timings are the remote's: regions cannot be timed here in its stead
+
     def __init__(self, measurer, target=None, db=None, **kw):
         super().__init__(target, db, measurer=measurer, **kw)

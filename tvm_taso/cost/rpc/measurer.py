@@ -65,15 +65,32 @@ def _export(ex, directory: str, export: str, cc: str | None) -> str:
 
 def connect(rpc: dict, session_timeout: float = 0):
     """An RPC session from a config dict: ``{"tracker": [host, port], "key": ...}`` or
-    ``{"host": ..., "port": ..., "key": ...}``."""
+    ``{"host": ..., "port": ..., "key": ...}``; its ``server`` attribute is the address of the
+    server it reached (through a tracker, the one the tracker handed out)."""
     from tvm import rpc as _rpc
+    from tvm.rpc import client
 
     if rpc.get("tracker"):
         host, port = rpc["tracker"]
         tracker = _rpc.connect_tracker(host, int(port))
-        return tracker.request(rpc.get("key") or "", priority=int(rpc.get("priority", 1)),
-                               session_timeout=session_timeout, max_retry=int(rpc.get("max_retry", 3)))
-    return _rpc.connect(rpc["host"], int(rpc["port"]), rpc.get("key") or "", session_timeout=session_timeout)
+        reached = []
+        direct = client.connect
+
+        def connect_and_note(url, server_port, *args, **kwargs):
+            reached.append(f"{url}:{server_port}")
+            return direct(url, server_port, *args, **kwargs)
+
+        client.connect = connect_and_note  # the tracker's request names the server only to this call
+        try:
+            sess = tracker.request(rpc.get("key") or "", priority=int(rpc.get("priority", 1)),
+                                   session_timeout=session_timeout, max_retry=int(rpc.get("max_retry", 3)))
+        finally:
+            client.connect = direct
+        sess.server = reached[-1] if reached else "?"
+        return sess
+    sess = _rpc.connect(rpc["host"], int(rpc["port"]), rpc.get("key") or "", session_timeout=session_timeout)
+    sess.server = f"{rpc['host']}:{rpc['port']}"
+    return sess
 
 
 def run_remote_measurement(request: dict, progress=lambda phase: None) -> dict:
@@ -99,6 +116,7 @@ def run_remote_measurement(request: dict, progress=lambda phase: None) -> dict:
         except Exception as err:  # noqa: BLE001
             return {"status": "runtime_error", "error": f"{UNAVAILABLE}: {short_error(err)}"}
         name = f"tvm-taso-{os.getpid()}-{time.monotonic_ns()}{os.path.splitext(path)[1]}"
+        where = sess.server
         try:
             sess.upload(path, name)
             rmod = sess.load_module(name)
@@ -124,7 +142,10 @@ def run_remote_measurement(request: dict, progress=lambda phase: None) -> dict:
                 sess.remove(name)
             except Exception:  # noqa: BLE001
                 pass
-    return {"status": "ok", "median_us": statistics.median(samples), "samples_us": samples, "error": ""}
+    return {"status": "ok", "median_us": statistics.median(samples), "samples_us": samples, "error": "",
+            "measured_on": where}
+
+
 
 
 

@@ -55,14 +55,22 @@ class RPCPool:
             self._free.put(m)
 
     def measure(self, kernel_list, target=None, *, db: MeasurementDB | None = None, skip_known: bool = True,
-                repeats: int = 10, timeout: float = 60.0, **kw) -> list[Record | None]:
+                repeats: int = 10, timeout: float = 60.0, progress=None, **kw) -> list[Record | None]:
         """Measure ``kernel_list`` on all devices at once; one record per kernel, in order
         (None where the device was unreachable). With ``db``, kernels it already holds are not
-        measured again (their record is returned) and new records are added to it."""
+        measured again (their record is returned) and new records are added to it.
+        ``progress()`` is called after each kernel."""
         tstr = targets.canonical(target)
         rt = self.record_target(db_target(tstr, kw.get("database")))
 
         def one(k):
+            try:
+                return measured(k)
+            finally:
+                if progress is not None:
+                    progress()
+
+        def measured(k):
             if db is not None and skip_known:
                 rec = db.get(k.key(), rt)
                 if rec is not None:

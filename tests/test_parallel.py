@@ -1,0 +1,92 @@
+"""Regions searched in worker processes (``workers=N``, ``-j N``): the same result as one process."""
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tvm_taso
+from tvm_taso.cost.analytic import AnalyticCost
+from tvm_taso.cost.model import Kernel
+from tvm_taso.io.onnx_bridge import OnnxGraph
+from tvm_taso.search import SearchOptions, search
+from tvm_taso.search.options import OptionError
+from tvm_taso.search.pool import RegionPool
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from benchmarks import models  # noqa: E402
+
+def _without_timings(report):
+    """The report without what is measured in time (seconds anywhere, the search curve)."""
+    if isinstance(report, dict):
+        return {k: _without_timings(v) for k, v in report.items() if "seconds" not in k and k != "curve"}
+    if isinstance(report, list):
+        return [_without_timings(v) for v in report]
+    return report
+
+
+@pytest.mark.parametrize("search_kind", ["backtrack", "eqsat"])
+@pytest.mark.parametrize("name", ["resnext50", "inception-v3"])
+def test_two_workers_find_what_one_finds(name, search_kind):
+    model = tvm_taso.load_onnx(models.build(name, quick=True), name=name)
+    results = {}
+    for workers in (1, 2):
+        options = SearchOptions(time_limit=600, kind=search_kind, workers=workers, region_size=8)
+        new, report = tvm_taso.optimize(model, target="cuda", cost_model="analytic", options=options)
+        results[workers] = (new.proto.SerializeToString(), report)
+    (one, r1), (two, r2) = results[1], results[2]
+    assert r1["regions"] >= 8 and r1["regions_cut_short"] == 0
+    assert r1["applied"], "the search should rewrite something"
+    assert one == two  # the same ONNX model, byte for byte
+    assert _without_timings(r1) == _without_timings(r2)
+
+
+class DiesInWorkers(AnalyticCost):
+    """The analytic model, except that it kills any process but the one that made it."""
+
+    def __init__(self, target):
+        super().__init__(target)
+        self.home = os.getpid()
+
+    def kernel_cost(self, kernel: Kernel) -> float:
+        if os.getpid() != self.home:
+            os._exit(3)
+        return super().kernel_cost(kernel)
+
+
+def test_a_worker_that_dies_leaves_the_regions_to_this_process(caplog):
+    graph = OnnxGraph(
+        tvm_taso.load_onnx(models.build("resnext50", quick=True), name="resnext50")).graph
+    options = SearchOptions(time_limit=600, workers=1, region_size=8)
+    serial = search(graph.copy(), tvm_taso.default_rules(), AnalyticCost("cuda"), options)
+    cost = DiesInWorkers("cuda")
+    pool = RegionPool(tvm_taso.default_rules(), cost, options, 2)
+    pool.start()
+    pool.wait(60)  # both workers up: the first regions go to them
+    try:
+        with caplog.at_level(logging.WARNING, logger="tvm_taso.search.pool"):
+            parallel = search(graph.copy(), tvm_taso.default_rules(), cost, options, pool=pool)
+    finally:
+        pool.close()
+    assert pool.broken
+    assert "worker died" in caplog.text
+    assert parallel.structural_hash() == serial.structural_hash()
+
+
+def test_measuring_cost_models_search_in_one_process():
+    from tvm_taso.cost.measure import MeasuredCost
+
+    options = SearchOptions(workers=2)
+    assert RegionPool.for_run([], AnalyticCost("cuda"), options) is not None
+    assert RegionPool.for_run([], MeasuredCost("llvm"), options) is None
+    assert RegionPool.for_run([], AnalyticCost("cuda"), SearchOptions(workers=1)) is None
+
+
+def test_workers_out_of_range_are_one_line():
+    with pytest.raises(OptionError, match="workers"):
+        SearchOptions(workers=0)
+    out = subprocess.run([sys.executable, "-m", "tvm_taso.cli", "optimize", "m.onnx", "-o", "o.onnx", "-j", "0"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "--jobs" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,169 @@
+"""Regions searched ahead, in worker processes: :class:`RegionPool`.
+
+The regions of a pass are independent searches. :func:`tvm_taso.search.regions.search_regions`
+hands every region of a pass to the pool as the graph stands at the start of the pass, then
+settles them in order as before; a region whose content an earlier region's splice changed
+(another shape, another constant) is searched again in order, so the result is the serial
+run's. Regions alike in shape are handed over once (the later ones take the first one's result,
+as in a serial run). A region is handed over only when a worker is started and idle, and one
+not handed over when its turn comes is searched in this process: a pool still starting costs
+the search nothing.
+
+Workers start once per pool, from a fork server that imported TVM once per process, and are
+handed the rules, the cost model and the options once, when they start. A worker that dies
+breaks the pool: the regions it had are searched in this process, and the pool is not used again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import multiprocessing
+import os
+import pickle
+import sys
+import time
+import types
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from tvm_taso.cost.model import CostModel
+from tvm_taso.ir.graph import Graph
+from tvm_taso.search.stats import SearchStats
+
+log = logging.getLogger(__name__)
+
+_search = None  # the worker's region search, made once from what the pool handed it
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _start_worker(payload: bytes) -> None:
+    global _search
+    from tvm_taso.search import region_search
+
+    rules, cost, options = pickle.loads(payload)
+    _search = region_search(rules, cost, options)
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+def _search_region(sub: Graph, seconds: float, deadline: float):
+    from tvm_taso.search.regions import Found, collector_paused
+
+    stats = SearchStats()
+    with collector_paused():
+        found = Found(*_search(sub, min(deadline, time.perf_counter() + seconds), stats))
+    return found, stats
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Workers started meanwhile do not import the user's main script: multiprocessing would run
+    an unguarded script again in each (without ``if __name__ == "__main__"``), and workers need
+    nothing from it (a cost model defined there does not unpickle: the pool breaks, and the
+    search goes on in this process)."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+class RegionPool:
+    """``workers`` processes searching regions with ``rules``, ``cost`` and ``options``.
+    :meth:`start` starts them (in the background: the search goes on in this process meanwhile);
+    :meth:`free` says how many are started and idle, :meth:`submit` hands one a region;
+    :meth:`close` stops them."""
+
+    def __init__(self, rules, cost: CostModel, options, workers: int):
+        self.workers = workers
+        self._payload = pickle.dumps((rules, cost, options))
+        self._executor: ProcessPoolExecutor | None = None
+        self._started: list[Future] = []  # one trivial task per worker: done once workers run
+        self._busy: list[Future] = []
+        self.broken = False
+
+    @staticmethod
+    def for_run(rules, cost: CostModel, options) -> RegionPool | None:
+        """The pool ``options.workers`` asks for, started (None: one process, or a cost model that
+        measures on this machine, whose timings must not share its cores with searches)."""
+        workers = options.workers or available_cores()
+        if workers <= 1:
+            return None
+        if cost.measures:
+            log.info("searching regions in one process: the %s cost model times kernels on this machine", cost.name)
+            return None
+        pool = RegionPool(rules, cost, options, workers)
+        pool.start()
+        return pool
+
+    def start(self) -> None:
+        """Start the workers (a fork server imports the search once per process; each worker is
+        handed the rules, the cost model and the options once)."""
+        if self._executor is not None or self.broken:
+            return
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["tvm"])  # not egglog: it starts a thread, and workers are forked
+        self._executor = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker,
+                                             initargs=(self._payload,))
+        with _main_module_hidden():  # each submit starts a worker while there is none idle
+            self._started = [self._executor.submit(_ready) for _ in range(self.workers)]
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the workers :meth:`start` started run (or ``timeout`` seconds pass)."""
+        concurrent.futures.wait(self._started, timeout)
+
+    def free(self) -> int:
+        """Workers started and idle: a region handed to one now starts at once."""
+        if self.broken or self._executor is None:
+            return 0
+        if any(f.done() and f.exception() is not None for f in self._started):
+            self._broke()
+            return 0
+        running = len({f.result() for f in self._started if f.done()})
+        self._busy = [f for f in self._busy if not f.done()]
+        return max(0, running - len(self._busy))
+
+    def submit(self, sub: Graph, seconds: float, deadline: float) -> Future | None:
+        """The search of ``sub`` (given ``seconds``, within ``deadline``), as a future of
+        ``(Found, SearchStats)``; None when the pool is broken."""
+        if self.broken or self._executor is None:
+            return None
+        try:
+            future = self._executor.submit(_search_region, sub, seconds, deadline)
+        except BrokenProcessPool:
+            self._broke()
+            return None
+        self._busy.append(future)
+        return future
+
+    def result(self, future: Future):
+        """``(Found, SearchStats)`` of a submitted search; None if its worker died (the pool is then
+        not used again)."""
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            self._broke()
+            return None
+
+    def _broke(self) -> None:
+        if not self.broken:
+            log.warning("a region search worker died; searching the remaining regions in this process")
+        self.broken = True
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
