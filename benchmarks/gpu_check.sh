@@ -6,7 +6,9 @@
 # Then the ONNX models optimized for onnxruntime's CUDA and TensorRT providers (ort:cuda,
 # ort:tensorrt) and timed there, where this machine's onnxruntime has them.
 #
-# Prepare once, here (no GPU needed; ~3 minutes):
+# On a GPU machine with TVM installed (pip install -e .) or with access to PyPI it needs nothing
+# else: `bash benchmarks/gpu_check.sh`. For a machine that reaches no package index, prepare
+# once, here (no GPU needed; ~3 minutes), with the shared packing tool:
 #   bash ../shared/tools/pack_tvm_for_device.sh .devicepkgs
 #   echo /.devicepkgs/ >> "$(git rev-parse --git-path info/exclude)"
 # and, for the onnxruntime stage on a machine without onnxruntime-gpu:
@@ -28,16 +30,27 @@ mkdir -p "$out"
 site=/tmp/gpu_check_site
 start=$(date +%s)
 
-# 1. TVM: use the one installed, else unpack the packed wheel (pack_tvm_for_device.sh).
+# 1. TVM: use the one installed; else unpack the packed wheel (pack_tvm_for_device.sh, for a
+#    machine that reaches no package index); else install the repository's own pins from PyPI.
 if ! python3 -c "import tvm" >/dev/null 2>&1; then
   pkgs=${TVM_TASO_DEVICEPKGS:-$repo/.devicepkgs}
-  if [ ! -f "$pkgs/tvm.tar.xz" ]; then
-    echo "no TVM here and no $pkgs/tvm.tar.xz: run ../shared/tools/pack_tvm_for_device.sh first" >&2
-    exit 2
-  fi
   mkdir -p "$site/tvm"
-  tar -xJf "$pkgs/tvm.tar.xz" -C "$site/tvm" || exit 2
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site/tvm" "$pkgs"/whl/*.whl || exit 2
+  if [ -f "$pkgs/tvm.tar.xz" ]; then
+    tar -xJf "$pkgs/tvm.tar.xz" -C "$site/tvm" || exit 2
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site/tvm" "$pkgs"/whl/*.whl || exit 2
+  else
+    python3 - "$repo/pyproject.toml" > "$site/requirements.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+deps = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
+print("\n".join(re.findall(r'"([^"]+)"', deps) + ["onnxruntime"]))
+PY
+    echo "no TVM here and no $pkgs/tvm.tar.xz: installing the repository's pins into $site/tvm"
+    python3 -m pip install -q --target "$site/tvm" -r "$site/requirements.txt" || {
+      echo "cannot install TVM: install the repository (pip install -e .) or pack it with pack_tvm_for_device.sh" >&2
+      exit 2
+    }
+  fi
   export PYTHONPATH="$site/tvm${PYTHONPATH:+:$PYTHONPATH}"
 fi
 echo "tvm ready after $(( $(date +%s) - start )) s"

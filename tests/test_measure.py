@@ -316,3 +316,22 @@ def test_an_unpriceable_kernel_is_never_free(tmp_path):
 
     cost = MeasuredCost("llvm", db=tmp_path, max_measurements=0, fallback=Broken("llvm", db=tmp_path))
     assert cost.kernel_cost(_matmul_kernel()) == math.inf and cost.fallbacks == 1
+
+
+def test_two_builders_measure_the_same_kernels_as_one(tmp_path):
+    from tvm_taso.ir.relax_bridge import block_graphs
+
+    (g,) = block_graphs(examples.inception_block(size=8, channels=8))
+    found = {}
+    for builders in (1, 2):
+        db = tmp_path / f"b{builders}"
+        cost = MeasuredCost("llvm", db=db, builders=builders, repeats=2)
+        try:
+            total = cost.cost(g)
+        finally:
+            cost.measurer.close()
+        records = MeasurementDB(db).records()
+        found[builders] = sorted((r.key, r.status) for r in records)
+        assert math.isfinite(total) and cost.measured == len(records) > 2 and cost.failed == 0
+    assert found[1] == found[2]  # the same kernels, built in two processes at once, timed one at a time
+    assert cost.describe()["builders"] == 2 and cost.describe()["build_seconds"] > 0

@@ -35,16 +35,17 @@ log = logging.getLogger("tvm_taso.cost.measure")
 RUN_MEASUREMENT = "tvm_taso.cost.measure:run_measurement"
 
 
-def run_measurement(request: dict, progress=lambda phase: None) -> dict:
+def run_measurement(request: dict, progress=lambda phase: None, build=build_kernel) -> dict:
     """Build and time one kernel in this process. ``request``: ``kernel`` (Kernel.to_json()),
     ``target`` (canonical string), ``repeats``, ``warmup``, ``min_repeat_ms``, ``database``.
-    Returns ``{"status", "median_us", "samples_us", "error"}``."""
+    Returns ``{"status", "median_us", "samples_us", "error"}``. ``build(kernel, target,
+    database)`` makes the executable (a built one is loaded instead: :func:`run_built`)."""
     import tvm
     from tvm import relax
 
     kernel = Kernel.from_json(request["kernel"])
     try:
-        ex = build_kernel(kernel, request["target"], request.get("database"))
+        ex = build(kernel, request["target"], request.get("database"))
     except Exception as err:  # noqa: BLE001
         return {"status": "build_error", "error": short_error(err)}
     progress("built")
@@ -65,6 +66,31 @@ def run_measurement(request: dict, progress=lambda phase: None) -> dict:
     except Exception as err:  # noqa: BLE001
         return {"status": "runtime_error", "error": short_error(err)}
     return {"status": "ok", "median_us": statistics.median(samples), "samples_us": samples, "error": ""}
+
+
+def run_build(request: dict, progress=lambda phase: None) -> dict:
+    """Build one kernel in this process and export it to ``request["path"]`` (a builder's half of
+    a measurement): ``{"status": "built"}`` or a ``build_error`` result."""
+    kernel = Kernel.from_json(request["kernel"])
+    try:
+        ex = build_kernel(kernel, request["target"], request.get("database"))
+        ex.export_library(request["path"])
+    except MeasureError as err:
+        return {"status": "build_error", "error": f"MeasureError: {err}"}
+    except Exception as err:  # noqa: BLE001
+        return {"status": "build_error", "error": short_error(err)}
+    return {"status": "built", "error": ""}
+
+
+def run_built(request: dict, progress=lambda phase: None) -> dict:
+    """Time a kernel :func:`run_build` exported to ``request["path"]`` (the runner's half):
+    :func:`run_measurement`'s result dict."""
+    import tvm
+
+    def load(kernel, target, database):
+        return tvm.runtime.load_module(request["path"])
+
+    return run_measurement(request, progress, build=load)
 
 
 def measure_kernel(
@@ -138,10 +164,70 @@ def db_target(tstr: str, database: str | None) -> str:
 
 class LocalMeasurer:
     """Measures on this machine with :func:`measure_kernel` (``isolate``, ``worker`` and ``fn``
-    as there)."""
+    as there). With ``builders`` > 1, :meth:`measure` builds many kernels at once in that many
+    worker processes and times them one at a time (MetaSchedule's builder / runner split)."""
 
-    def __init__(self, isolate: bool = True, worker: Worker | None = None, fn: str | None = None):
+    def __init__(self, isolate: bool = True, worker: Worker | None = None, fn: str | None = None,
+                 builders: int = 1):
         self.isolate, self.worker, self.fn = isolate, worker, fn
+        self.builders = builders
+        self._builder_workers: list[Worker] = []
+        self.build_seconds = 0.0  # wall time of the build phases of :meth:`measure`
+        if builders > 1:
+            self.measure = self._build_then_time
+
+    def _build_then_time(self, kernel_list, target=None, *, db=None, repeats: int = 10, timeout: float = 60.0,
+                         warmup: int = 3, min_repeat_ms: int = 1, database=None, progress=None,
+                         skip_known: bool = True) -> list[Record | None]:
+        """Build ``kernel_list`` in :attr:`builders` processes at once, then time each built one
+        in the measurement worker; one record per kernel, in order (None for a kernel with no
+        module form). ``db`` gets the new records."""
+        import tempfile
+        from concurrent.futures import ThreadPoolExecutor
+
+        tstr = targets.canonical(target)
+        record_target = db_target(tstr, database)
+        while len(self._builder_workers) < self.builders:
+            self._builder_workers.append(Worker())
+        free = list(self._builder_workers)
+        results: list[Record | None] = [None] * len(kernel_list)
+        with tempfile.TemporaryDirectory(prefix="tvm-taso-build-") as tmp:
+            requests = []
+            for k, kernel in enumerate(kernel_list):
+                request = measurement_request(kernel, tstr, repeats, warmup, min_repeat_ms, database,
+                                              "tvm_taso.cost.measure:run_build")
+                request["path"] = os.path.join(tmp, f"kernel{k}.so")
+                requests.append(request)
+
+            def build(request):
+                worker = free.pop()
+                try:
+                    return worker.request(request, timeout)
+                finally:
+                    free.append(worker)
+
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(self.builders) as pool:
+                built = list(pool.map(build, requests))
+            self.build_seconds += time.perf_counter() - t0
+            for k, (kernel, request, result) in enumerate(zip(kernel_list, requests, built)):
+                if result.get("status") == "built":
+                    request["fn"] = "tvm_taso.cost.measure:run_built"
+                    result = run_request(request, timeout, (self.worker or shared_worker()), None)
+                if str(result.get("error", "")).startswith("MeasureError"):
+                    continue
+                rec = result_record(kernel, record_target, result)
+                if db is not None:
+                    db.add(rec)
+                results[k] = rec
+                if progress is not None:
+                    progress()
+        return results
+
+    def close(self) -> None:
+        for worker in self._builder_workers:
+            worker.close()
+        self._builder_workers = []
 
     def __call__(self, kernel: Kernel, target=None, repeats: int = 10, timeout: float = 60.0, **kw) -> Record:
         return measure_kernel(kernel, target, repeats, timeout, isolate=self.isolate, worker=self.worker,
@@ -152,7 +238,7 @@ class LocalMeasurer:
         return target_string
 
     def describe(self) -> dict:
-        return {}
+        return {"builders": self.builders, "build_seconds": round(self.build_seconds, 3)} if self.builders > 1 else {}
 
 
 class MeasuredCost(CostModel):
@@ -168,7 +254,8 @@ class MeasuredCost(CostModel):
     are priced by ``fallback`` (default :class:`AnalyticCost` of the target) scaled by the
     median ratio measured/fallback of the target's recorded kernels, so the two stay
     comparable. ``database`` is a MetaSchedule work dir whose tuned schedules are applied
-    before timing (CPU timings of untuned kernels mislead)."""
+    before timing (CPU timings of untuned kernels mislead). ``builders`` > 1 builds a graph's new
+    kernels in that many processes at once and times them one at a time."""
 
     name = "measure"
     measures = True
@@ -190,10 +277,11 @@ class MeasuredCost(CostModel):
         isolate: bool = True,
         worker: Worker | None = None,
         fn: str | None = None,
+        builders: int = 1,
     ):
         super().__init__()
         self.target = targets.canonical(target)
-        self.measurer = measurer if measurer is not None else LocalMeasurer(isolate, worker, fn)
+        self.measurer = measurer if measurer is not None else LocalMeasurer(isolate, worker, fn, builders)
         self.database = str(database) if database else None
         self.db_target = self.measurer.record_target(db_target(self.target, self.database))
         self.db = db if isinstance(db, MeasurementDB) else MeasurementDB(db)

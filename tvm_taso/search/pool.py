@@ -82,7 +82,8 @@ def _main_module_hidden():
 
 
 class RegionPool:
-    """``workers`` processes searching regions with ``rules``, ``cost`` and ``options``.
+    """``workers`` processes searching regions with ``rules``, ``cost`` and ``options``, beside
+    the one that settles them (which searches too: ``options.workers`` counts it).
     :meth:`start` starts them (in the background: the search goes on in this process meanwhile);
     :meth:`free` says how many are started and idle, :meth:`submit` hands one a region;
     :meth:`close` stops them."""
@@ -105,7 +106,7 @@ class RegionPool:
         if cost.measures:
             log.info("searching regions in one process: the %s cost model times kernels on this machine", cost.name)
             return None
-        pool = RegionPool(rules, cost, options, workers)
+        pool = RegionPool(rules, cost, options, workers - 1)  # this process searches too
         pool.start()
         return pool
 
@@ -151,11 +152,15 @@ class RegionPool:
 
     def result(self, future: Future):
         """``(Found, SearchStats)`` of a submitted search; None if its worker died (the pool is then
-        not used again)."""
+        not used again) or the search failed there (it is then searched in this process, where
+        its error, if any, is the serial run's)."""
         try:
             return future.result()
         except BrokenProcessPool:
             self._broke()
+            return None
+        except Exception:  # noqa: BLE001 - searched again here, in order
+            log.debug("a region search failed in a worker", exc_info=True)
             return None
 
     def _broke(self) -> None:

@@ -14,6 +14,7 @@ when its turn comes is searched here.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import time
@@ -420,10 +421,11 @@ class _Ahead:
         self.done_here: dict[int, tuple] = {}  # window -> (content, Found, SearchStats)
 
     def hand_over(self, after: int) -> None:
-        """Hand the next regions after window ``after`` to the pool's idle workers."""
+        """Hand the next regions after window ``after`` to the pool's idle workers (without their
+        weights' values, which no search reads)."""
         for k in [k for k in self.todo if k > after][:self.pool.free()]:
             region = self.todo.pop(k)
-            future = self.pool.submit(region.sub, self.seconds, self.deadline)
+            future = self.pool.submit(_without_weights(region.sub), self.seconds, self.deadline)
             if future is None:
                 return
             self.handed[k] = (_content(region.sub), future, region)
@@ -466,6 +468,16 @@ class _Ahead:
                                               here))
         self.done_here[k] = (content, found, here)
         return True
+
+
+def _without_weights(sub: Graph) -> Graph:
+    """``sub`` with its constants' values left out: a search reads their types and identities,
+    so a worker is sent the region's shapes, not the model's weights."""
+    light = sub.copy()
+    for nid, node in sub.nodes.items():
+        if node.op == "const":
+            light.put_leaf(nid, dataclasses.replace(node, payload=None))
+    return light
 
 
 def _content(sub: Graph) -> tuple:
