@@ -57,7 +57,7 @@ def load(name: str, work: Path):
 
 def time_side_by_side(original, optimized, rounds: int, min_repeat_ms: int) -> dict:
     """The original, the original again and the optimized model, timed alternating in one run."""
-    from tvm_taso.cli.checking import integer_ranges, random_feeds
+    from tvm_taso.io.onnx_feeds import integer_ranges, random_feeds
     from tvm_taso.cost.latency import side_by_side, speedup
     from tvm_taso.ort import OrtRuntime, OrtSession
 

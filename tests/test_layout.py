@@ -10,13 +10,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # lowest first; a unit imports only from its own layer or those below
 LAYERS = [
-    {"errors", "files", "numerics", "progress", "target", "runtime", "examples"},
+    {"errors", "files", "numerics", "progress", "target", "runtime", "examples", "ort"},
     {"ir"},
+    {"io"},
     {"rewrite"},
     {"verify", "generate"},
     {"cost"},
     {"search"},
-    {"io"},
     {"guard"},
     {"driver"},
     {"passes", "rules"},

@@ -13,9 +13,11 @@ from onnx import TensorProto, helper
 
 import tvm_taso
 from tvm_taso import ort, target as targets
+from tvm_taso.cost import ort as ort_cost
 from tvm_taso.cost.analytic import AnalyticCost
 from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.cost.model import Kernel, kernels
+from tvm_taso.cli.html_report import render
 from tvm_taso.guard import RegionGuard
 from tvm_taso.io.onnx_bridge import OnnxGraph
 from tvm_taso.search import SearchOptions
@@ -66,12 +68,16 @@ def test_a_region_that_pays_in_onnxruntime_is_kept_and_one_that_does_not_is_drop
     # p @ (q @ r), which only the misled model liked, measured slower: dropped
     assert not second["kept"] and second["ratio"] < 1.0
     assert report["applied"] == {"matmul-assoc-right": 1}
+    page = render(report)  # --html lists each region's verdict
+    assert "Regions timed (ort:cpu)" in page
+    assert page.count("kept (faster in at least 3 rounds of 4") == 1
+    assert page.count("dropped (not measurably faster") == 1
     # the model written computes what the original computes
     proto = new.proto
     ops = [n.op_type for n in proto.graph.node]
     assert ops.count("MatMul") == 4
     session = ort.OrtRuntime("cpu")
-    feeds = ort.feeds_for(model.proto)
+    feeds = ort_cost.feeds_for(model.proto)
     want = session.session(model.proto).run(None, feeds)
     got = session.session(proto).run(None, feeds)
     for w, g in zip(want, got):
@@ -104,10 +110,10 @@ def test_a_kernel_as_an_onnx_model_has_its_weights_as_initializers():
     model = tvm_taso.load_onnx(_conv_model(), name="conv")
     graph = OnnxGraph(model).graph
     (kernel,) = [k for k in kernels(graph) if k.anchor == "conv2d"]
-    proto = ort.kernel_model(kernel)
+    proto = ort_cost.kernel_model(kernel)
     assert [i.name for i in proto.graph.input] == ["p0"]  # the data; the kernel and bias are weights
     assert len(proto.graph.initializer) == 2
-    session = ort.OrtSession(ort.OrtRuntime(), proto, ort.feeds_for(proto))
+    session = ort.OrtSession(ort.OrtRuntime(), proto, ort_cost.feeds_for(proto))
     (out,) = session.run()
     assert out.shape == (1, 8, 16, 16)
 
@@ -185,21 +191,8 @@ def test_bench_runtime_times_both_models_in_onnxruntime(tmp_path):
     guard = result["report"].get("guard")
     if guard is not None:
         assert guard["measured"] and guard["runtime"] == "ort:cpu"
+        assert "whole-model guard" in render(result["report"]) and "measured in ort:cpu" in render(result["report"])
     assert bool(result["report"]["applied"]) == bool(guard and guard["kept"])
-
-
-def test_the_html_report_lists_each_region_verdict(tmp_path):
-    from tvm_taso.cli.html_report import render
-
-    model = _matmul_chains()
-    guard = RegionGuard("ort", db=tmp_path / "regions.jsonl", opset=model.opset)
-    _, report = tvm_taso.optimize(model, target="ort", cost_model=Misled("llvm"),
-                                  options=SearchOptions(region_size=2, time_limit=60), region_guard=guard)
-    page = render(report)
-    assert "Regions timed (ort:cpu)" in page
-    assert page.count("kept (faster in at least 3 rounds of 4") == 1
-    assert page.count("dropped (not measurably faster") == 1
-    assert "whole-model guard" in page and "measured in ort:cpu" in page
 
 
 def test_commands_that_build_with_tvm_refuse_an_onnxruntime_target(tmp_path):

@@ -112,7 +112,7 @@ class RegionGuard:
     regions' shape hashes: a repeated layer, or a second run, measures nothing new.
 
     For an ``ort`` target (``runtime``: its :class:`~tvm_taso.ort.OrtRuntime`), each region is
-    written as a small ONNX model (:func:`~tvm_taso.ort.region_model`: its weights initializers,
+    written as a small ONNX model (:func:`~tvm_taso.cost.ort.region_model`: its weights initializers,
     the model's ``opset``) and timed in onnxruntime with the runtime's provider and options,
     graph optimizations on; records are kept under the runtime's key.
     """
@@ -168,7 +168,8 @@ class RegionGuard:
     def _build(self, g: Graph):
         """The folded region ``g`` ready to time: compiled by TVM, or loaded in onnxruntime."""
         if self.runtime is not None:
-            from tvm_taso.ort import OrtSession, feeds_for, region_model
+            from tvm_taso.cost.ort import feeds_for, region_model
+            from tvm_taso.ort import OrtSession
 
             proto = region_model(g, self.opset)
             return OrtSession(self.runtime, proto, feeds_for(proto))

@@ -10,9 +10,8 @@ fusions measures slower.
 
 :class:`OrtSession` is one model loaded in a session with inputs to run it, timed like
 :class:`~tvm_taso.cost.latency.CompiledModule` (and compared with
-:func:`~tvm_taso.cost.latency.compare_builds`). :func:`region_model` and :func:`kernel_model`
-write a search graph and a fused kernel as small ONNX models: what the region guard
-(:class:`tvm_taso.guard.RegionGuard`) and the ``ort`` cost model (:mod:`tvm_taso.cost.ort`) time.
+:func:`~tvm_taso.cost.latency.compare_builds`). :mod:`tvm_taso.cost.ort` writes search graphs
+and fused kernels as small ONNX models and times them with these.
 """
 
 from __future__ import annotations
@@ -139,8 +138,6 @@ class OrtRuntime:
         and options, graph optimizations on unless the session options say otherwise."""
         import onnxruntime as ort
 
-        from tvm_taso.io.onnx_model import OnnxModel, is_large
-
         opts = ort.SessionOptions()
         opts.log_severity_level = 3  # its warnings about unused initializers are not the user's
         for name, value in self.session_options.items():
@@ -150,12 +147,21 @@ class OrtRuntime:
                 value = getattr(ort.ExecutionMode, value)
             setattr(opts, name, value)
         providers = [(self.provider, {k: str(v) for k, v in self.provider_options.items()})]
-        if not is_large(proto):
+        if _weight_bytes(proto) < LARGE:
             return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
+        import onnx
+
         with tempfile.TemporaryDirectory(prefix="tvm-taso-ort-") as tmp:  # over 2 GB: external data
             path = os.path.join(tmp, "model.onnx")
-            OnnxModel(proto, "", {}).save(path)
+            onnx.save_model(proto, path, save_as_external_data=True, location="model.onnx.data")
             return ort.InferenceSession(path, opts, providers=providers)
+
+
+LARGE = 1 << 30  # weights from which a model is handed to onnxruntime as a file with external data
+
+
+def _weight_bytes(proto) -> int:
+    return sum(len(t.raw_data) for t in proto.graph.initializer)
 
 
 @functools.cache
@@ -253,83 +259,3 @@ class OrtSession:
             elapsed = time.perf_counter() - t0
             if elapsed * 1e3 >= min_repeat_ms:
                 return elapsed * 1e3 / calls
-
-
-def feeds_for(proto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random arrays for ``proto``'s inputs (static shapes), by name
-    (:func:`~tvm_taso.cost.kernel_build.random_inputs`)."""
-    from onnx import helper
-
-    from tvm_taso.cost.kernel_build import random_inputs
-    from tvm_taso.ir.ops import TensorType
-
-    inits = {t.name for t in proto.graph.initializer}
-    inputs = [i for i in proto.graph.input if i.name not in inits]
-    types = [TensorType(tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
-                        str(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))) for i in inputs]
-    return dict(zip((i.name for i in inputs), random_inputs(types, seed)))
-
-
-def _with_initializers(proto, values: dict[int, np.ndarray]):
-    """``proto`` with its ``k``-th graph input made an initializer holding ``values[k]`` (a
-    weight onnxruntime may pre-pack or fold, as it does in the user's model)."""
-    from onnx import numpy_helper
-
-    inputs = list(proto.graph.input)
-    del proto.graph.input[:]
-    for k, inp in enumerate(inputs):
-        if k in values:
-            proto.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(values[k]), inp.name))
-        else:
-            proto.graph.input.append(inp)
-    return proto
-
-
-def region_model(g, opset: int | None = None):
-    """A search graph, weights folded (:func:`~tvm_taso.ir.graph.fold_constants`), as an ONNX
-    model: its constants are initializers, every other leaf (and an opaque node's output, the
-    same call before and after a rewrite) a graph input. Raises
-    :class:`~tvm_taso.cost.kernel_build.MeasureError` or
-    :class:`~tvm_taso.io.onnx_export.ExportError` for a graph that has no such form."""
-    from tvm_taso.cost.kernel_build import graph_module
-    from tvm_taso.io.onnx_export import MIN_OPSET, export_onnx
-
-    mod, refs = graph_module(g)
-    proto = export_onnx(mod, opset=max(opset or MIN_OPSET, MIN_OPSET))
-    weights = {k: g.nodes[ref[0]].payload[0] for k, ref in enumerate(refs) if g.nodes[ref[0]].op == "const"}
-    return _with_initializers(proto, weights)
-
-
-def kernel_model(kernel, seed: int = 0):
-    """A fused kernel (:class:`~tvm_taso.cost.model.Kernel`) as an ONNX model, its operands of a
-    weight's role (:func:`weight_operands`) initializers of random values, the others inputs."""
-    from tvm_taso.cost.kernel_build import kernel_inputs, kernel_module
-    from tvm_taso.io.onnx_export import export_onnx
-
-    proto = export_onnx(kernel_module(kernel))
-    arrays = kernel_inputs(kernel, seed)
-    return _with_initializers(proto, {k: arrays[k] for k in weight_operands(kernel)})
-
-
-def weight_operands(kernel) -> set[int]:
-    """The external operands of ``kernel`` (numbered as :func:`~tvm_taso.cost.kernel_build.kernel_module`
-    makes them parameters) that are a weight in the models the search sees: a convolution's
-    kernel, a matrix multiplied into the first operand, and any later operand smaller than the
-    first (a bias, a scale, a normalization's gamma). A kernel records shapes, not which
-    operands are constants, and onnxruntime pre-packs and folds constants, so they are
-    initializers when it is timed."""
-    from tvm_taso.ir import ops
-
-    weights, k, types = set(), 0, []
-    for op, attrs, operands in kernel.ops:
-        shapes = [o[1] if o[0] == "in" else types[o[1]][o[2]] for o in operands]
-        types.append(list(ops.OPS[op].infer(shapes, dict(attrs))))
-        for i, o in enumerate(operands):
-            if o[0] != "in":
-                continue
-            first = shapes[0]
-            if i > 0 and (op == "conv2d" and i == 1 or op == "matmul" and i == 1 and len(o[1].shape) == 2
-                          or len(o[1].shape) < len(first.shape) or np.prod(o[1].shape) < np.prod(first.shape)):
-                weights.add(k)
-            k += 1
-    return weights

@@ -92,7 +92,7 @@ def guard_onnx(before: OnnxModel, after: OnnxModel, target, repeats: int) -> dic
 
     runtime = targets.resolve(target).runtime
     if runtime is not None:
-        from tvm_taso.cli.checking import integer_ranges, random_feeds
+        from tvm_taso.io.onnx_feeds import integer_ranges, random_feeds
 
         feeds = random_feeds(before, before.dims, integer_ranges(before))
         return guard_in_runtime(before.proto, after.proto, feeds, runtime, repeats)

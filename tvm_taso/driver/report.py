@@ -67,7 +67,7 @@ class Report:
             "search": {"kind": options.kind, "seconds": stats.seconds, "regions": dict(stats.engines),
                        "egraph_nodes": stats.egraph_nodes, "egraph_classes": stats.egraph_classes,
                        "extraction_seconds": stats.extraction_seconds, "extraction": dict(stats.extraction_methods),
-                       "refined": stats.refined},
+                       "refined": stats.refined, "worker_regions": stats.worker_regions},
             "applied": {} if self.reverted else dict(sorted(stats.applied.items())),
             "constants_folded": self.folded + stats.folded,
             "skipped": [{"what": what, "count": n} for what, n in sorted(self.skipped.items())],

@@ -98,17 +98,15 @@ class RegionPool:
 
     @staticmethod
     def for_run(rules, cost: CostModel, options) -> RegionPool | None:
-        """The pool ``options.workers`` asks for, started (None: one process, or a cost model that
-        measures on this machine, whose timings must not share its cores with searches)."""
+        """The pool ``options.workers`` asks for, not started yet (None: one process, or a cost model
+        that measures on this machine, whose timings must not share its cores with searches)."""
         workers = options.workers or available_cores()
         if workers <= 1:
             return None
         if cost.measures:
             log.info("searching regions in one process: the %s cost model times kernels on this machine", cost.name)
             return None
-        pool = RegionPool(rules, cost, options, workers - 1)  # this process searches too
-        pool.start()
-        return pool
+        return RegionPool(rules, cost, options, workers - 1)  # this process searches too
 
     def start(self) -> None:
         """Start the workers (a fork server imports the search once per process; each worker is

@@ -415,6 +415,8 @@ class _Ahead:
                 self.todo[k] = region
         if len(self.todo) < MIN_AHEAD:
             self.todo = {}
+        else:
+            pool.start()  # once per run; this process searches while the workers start
         # a serial pass's share of the time left for each region, times the processes searching
         self.seconds = max(0.0, deadline - time.perf_counter()) / len(windows) / passes_left * (pool.workers + 1)
         self.handed: dict[int, tuple] = {}  # window -> (content, future, region)
@@ -436,7 +438,8 @@ class _Ahead:
         order) or its worker died. While its worker runs, the next region nobody has taken up
         is searched here."""
         self.todo.pop(k, None)
-        if k in self.handed:
+        in_worker = k in self.handed
+        if in_worker:
             content, future, _ = self.handed.pop(k)
             while not future.done() and self._search_one_here(k):
                 self.hand_over(k)
@@ -453,6 +456,7 @@ class _Ahead:
             stats.candidates += worker_stats.candidates
             return None
         stats.absorb(worker_stats, kept=True)
+        stats.worker_regions += in_worker
         return Found(_transplant(found.graph, sub, leaves), found.cost, found.rules)
 
     def _search_one_here(self, after: int) -> bool:
@@ -488,7 +492,7 @@ def _content(sub: Graph) -> tuple:
             tuple(id(sub.nodes[nid].payload) for nid in leaves if sub.nodes[nid].op == "const"))
 
 
-MIN_AHEAD = 4  # distinct regions a pass must have for the pool to search them: fewer are not worth it
+MIN_AHEAD = 8  # distinct regions a pass must have for the pool to search them: fewer do not pay for its start
 
 
 class _Splicer:

@@ -43,6 +43,7 @@ class SearchStats:
     egraph_classes: int = field(default=0, metadata={"merge": "max"})
     extraction_seconds: float = 0.0
     refined: int = 0  # eqsat regions whose extracted graph a few backtracking steps improved
+    worker_regions: int = 0  # regions whose search ran in a worker process (:mod:`.pool`)
     seconds: float = 0.0  # in the search proper: regions searched and spliced, weights folded between them
     extraction_methods: Counter = field(default_factory=Counter)  # which extraction candidate won
     decisions: list = field(default_factory=list)  # a judge's verdict on each rewritten region
