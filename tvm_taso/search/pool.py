@@ -45,6 +45,14 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def default_workers() -> int:
+    """``$TVM_TASO_WORKERS``, else the cores this process may use: the processes searching
+    regions when ``workers`` is not given (a test runner that already runs one process per core
+    sets 1)."""
+    given = os.environ.get("TVM_TASO_WORKERS", "").strip()
+    return int(given) if given.isdigit() and int(given) > 0 else available_cores()
+
+
 def _start_worker(payload: bytes) -> None:
     global _search
     from tvm_taso.search import region_search
@@ -100,7 +108,7 @@ class RegionPool:
     def for_run(rules, cost: CostModel, options) -> RegionPool | None:
         """The pool ``options.workers`` asks for, not started yet (None: one process, or a cost model
         that measures on this machine, whose timings must not share its cores with searches)."""
-        workers = options.workers or available_cores()
+        workers = options.workers or default_workers()
         if workers <= 1:
             return None
         if cost.measures:
