@@ -29,7 +29,7 @@ def _without_timings(report):
     return report
 
 
-@pytest.mark.parametrize("name, search_kind", [("resnext50", "backtrack"), ("inception-v3", "eqsat")])
+@pytest.mark.parametrize("name, search_kind", [("resnext50", "backtrack"), ("resnet50", "eqsat")])
 def test_two_workers_find_what_one_finds(name, search_kind):
     model = tvm_taso.load_onnx(models.build(name, quick=True), name=name)
     results = {}

@@ -153,7 +153,7 @@ def test_optimize_measures_on_a_tracker_fleet_and_a_second_run_measures_nothing(
 
         def optimize(report):
             cmd = [sys.executable, "-m", "tvm_taso.cli", "optimize", str(model), "-o", str(tmp_path / "out.onnx"),
-                   "--target", "llvm", "--cost", "rpc", "--rpc", f"{LOOPBACK}:{t.port}/fleet", "--time-limit", "120",
+                   "--target", "llvm", "--cost", "rpc", "--rpc", f"{LOOPBACK}:{t.port}/fleet", "--budget", "2",
                    "--report", str(report)]
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
             assert out.returncode == 0, out.stderr
