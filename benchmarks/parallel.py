@@ -28,7 +28,7 @@ from tvm_taso.io.onnx_import import import_relax
 
 from .cli import chosen_models, write_result
 from .models import build
-from .search_compare import TENSAT_PUBLISHED
+from .search_compare import TENSAT_PUBLISHED, _spread
 
 RESULTS = Path(__file__).parent / "results"
 SEARCHES = ("backtrack", "eqsat")
@@ -66,11 +66,6 @@ def compare(name: str, quick: bool, time_limit: float, target: str, repeats: int
     if name in TENSAT_PUBLISHED:
         row["tensat_published_seconds"] = TENSAT_PUBLISHED[name]
     return row
-
-
-def _spread(times: list[float]) -> dict:
-    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
-    return {"median": statistics.median(times), "q1": q[0], "q3": q[2], "all": times}
 
 
 def summary(rows: list[dict]) -> dict:

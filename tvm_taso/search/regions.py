@@ -375,7 +375,7 @@ def search_regions(g: Graph, region_search: RegionSearch, cost: CostModel, optio
             stats.regions += 1
             start_cost = cost.cost(sub)
             key = sub.shape_hash()
-            leaves = sorted(nid for nid, n in sub.nodes.items() if n.op in LEAVES)
+            leaves = _leaves(sub)
             if key in solved and solved[key][1] == leaves:
                 earlier = solved[key][0]
                 found = Found(_transplant(earlier.graph, sub, leaves), earlier.cost, earlier.rules)
@@ -409,7 +409,7 @@ class _Ahead:
         seen = {(key, tuple(leaves)) for key, (_, leaves) in solved.items()}
         for k, ids in enumerate(windows):
             region = extract(g, ids)
-            shape = (region.sub.shape_hash(), tuple(sorted(n for n, x in region.sub.nodes.items() if x.op in LEAVES)))
+            shape = (region.sub.shape_hash(), tuple(_leaves(region.sub)))
             if shape not in seen:
                 seen.add(shape)
                 self.todo[k] = region
@@ -484,10 +484,15 @@ def _without_weights(sub: Graph) -> Graph:
     return light
 
 
+def _leaves(sub: Graph) -> list[int]:
+    """A region's leaves in id order (what reusing a region's result depends on)."""
+    return sorted(nid for nid, n in sub.nodes.items() if n.op in LEAVES)
+
+
 def _content(sub: Graph) -> tuple:
     """What a region's search depends on: its ops, attributes and types, which leaves it reads in
     which order, and which constants (the same objects)."""
-    leaves = sorted(nid for nid, n in sub.nodes.items() if n.op in LEAVES)
+    leaves = _leaves(sub)
     return (sub.shape_hash(), tuple(leaves),
             tuple(id(sub.nodes[nid].payload) for nid in leaves if sub.nodes[nid].op == "const"))
 
