@@ -7,6 +7,29 @@
 >>> ex = tvm.compile(mod, target, relax_pipeline=relax.get_pipeline("taso"))
 """
 
+import os as _os
+import sys as _sys
+
+
+def _import_tvm_without_torch() -> None:
+    """In the ``tvm-taso`` command, import TVM without the torch import tvm_ffi makes whenever
+    torch is installed (a workaround for Windows): a second of every command's start. Commands
+    that read a PyTorch program import torch themselves, later. A library user's process is
+    left as it is."""
+    argv = getattr(_sys, "orig_argv", _sys.argv)
+    command = _os.path.basename(_sys.argv[0]) == "tvm-taso" or any(
+        a == "-m" and b.startswith("tvm_taso.cli") for a, b in zip(argv, argv[1:]))
+    if not command or "tvm" in _sys.modules or "torch" in _sys.modules:
+        return
+    _sys.modules["torch"] = None
+    try:
+        import tvm  # noqa: F401
+    finally:
+        del _sys.modules["torch"]
+
+
+_import_tvm_without_torch()
+
 from .cost import AnalyticCost, CostModel, Kernel, kernels
 from .errors import InputError
 from .io.onnx_export import ExportError

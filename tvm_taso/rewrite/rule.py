@@ -15,6 +15,8 @@ the functions in :data:`FUNCTIONS`. The grammar and every function are documente
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib.resources
 import logging
 import math
@@ -614,9 +616,15 @@ def default_rules(include_unverified: bool = False) -> list[Rule]:
         (f for f in importlib.resources.files("tvm_taso.rules").iterdir() if f.name.endswith(".rules")),
         key=lambda f: f.name,
     )
-    rules = []
-    for f in files:
-        rules.extend(parse_rules(f.read_text(), f"rules/{f.name}"))
+    rules = [copy.copy(r) for f in files for r in _parsed_library_file(f.read_text(), f"rules/{f.name}")]
+    return [r for r in rules if include_unverified or r.proof != "unverified"]
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_library_file(text: str, where: str) -> tuple[Rule, ...]:
+    """A library file's rules, parsed once per process and text (every ``optimize`` asks for
+    them; :func:`default_rules` hands out copies)."""
+    rules = parse_rules(text, where)
     for r in rules:
         r.established = SHIPPED
-    return [r for r in rules if include_unverified or r.proof != "unverified"]
+    return tuple(rules)
