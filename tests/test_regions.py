@@ -182,7 +182,7 @@ def test_an_onnx_region_that_cannot_be_written_back_is_dropped(monkeypatch):
     import tvm_taso
     from tvm_taso.io.onnx_bridge import OnnxGraph
 
-    monkeypatch.setattr(OnnxGraph, "write", _refuse_splits(OnnxGraph.write))
+    monkeypatch.setattr(OnnxGraph, "written", _refuse_splits(OnnxGraph.written))
     model = tvm_taso.load_onnx(DATA / "googlenet_reduced.onnx")
     new, report = tvm_taso.optimize(model, target="cuda", cost_model="analytic")
     assert report["regions_dropped"]

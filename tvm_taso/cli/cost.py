@@ -52,6 +52,8 @@ def add_cost_command(subparsers) -> None:
     me.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="sizes for dynamic dimensions")
     me.add_argument("--repeats", type=int, default=10, help="timed runs per kernel (default 10)")
     me.add_argument("--timeout", type=float, default=60.0, help="seconds per kernel (default 60)")
+    me.add_argument("--builders", type=int, default=1, metavar="N",
+                    help="build kernels in N processes at once, then time them one at a time (default 1)")
     me.add_argument("--db", default=None, help="database file or folder (default $TVM_TASO_CACHE or ~/.cache/tvm-taso)")
     me.add_argument("--json", action="store_true", help="print the summary as JSON")
     me.set_defaults(func=cmd_cost_measure)
@@ -141,8 +143,10 @@ def cmd_cost_measure(args) -> int:
     from tvm_taso.progress import progress_bar
 
     targets.parse(args.target)  # an unknown target: one line listing what is accepted
+    if args.builders < 1:
+        raise InputError(f"--builders {args.builders}: give at least 1")
     try:
-        measurer = open_fleet(args.rpc) if args.rpc else LocalMeasurer()
+        measurer = open_fleet(args.rpc) if args.rpc else LocalMeasurer(builders=args.builders)
     except (RPCUnavailable, ValueError) as err:
         raise InputError(f"--rpc {args.rpc}: {err}") from None
     model = tvm_taso.load_onnx(args.input, shapes=dict(parse_shape(s) for s in args.shape or []))
@@ -156,7 +160,7 @@ def cmd_cost_measure(args) -> int:
     step = bar.update if bar is not None else None
     records = []
     try:
-        if args.rpc:
+        if args.rpc or args.builders > 1:
             records = measurer.measure(new, tstr, db=db, repeats=args.repeats, timeout=args.timeout, progress=step)
         else:
             for k in new:
@@ -176,7 +180,7 @@ def cmd_cost_measure(args) -> int:
     summary = {"model": model.name, "target": record_target, "kernels": len(todo), "known": len(known),
                "measured": len(done), "failed": sum(not r.ok for r in done),
                "unmeasured": len(new) - len(done), "measured_on": dict(Counter(r.measured_on or "here" for r in done)),
-               "db": str(db.path)}
+               "db": str(db.path), **(measurer.describe() if not args.rpc else {})}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0

@@ -319,21 +319,19 @@ class _OnnxSource:
 
     def __init__(self, args, shapes: dict, paths: dict):
         import tvm_taso
-        from tvm_taso.io.onnx_import import read_model
 
         data_files: list[Path] = []
-        self.proto, self.name = read_model(args.input, data_files=data_files)
+        self.model = tvm_taso.load_onnx(args.input, shapes=shapes, simplify=args.simplify, data_files=data_files)
+        self.name, self.path = self.model.name, args.input
         _check_not_input_data(paths, data_files)
         _step(f"reading {self.name}")
         self.shapes, self.simplified = shapes, args.simplify
-        self.model = tvm_taso.load_onnx(self.proto, shapes=shapes, name=self.name, simplify=args.simplify)
 
     def check(self, new) -> dict:
         import tvm_taso
         from tvm_taso.cli.checking import check_onnx
 
-        original = tvm_taso.load_onnx(self.proto, shapes=self.shapes, name=self.name) if self.simplified \
-            else self.model
+        original = tvm_taso.load_onnx(self.path, shapes=self.shapes) if self.simplified else self.model
         return check_onnx(original, new)
 
     def writers(self, new, output: str) -> dict:

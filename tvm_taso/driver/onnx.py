@@ -35,12 +35,12 @@ def optimize_onnx(model: OnnxModel, run: SearchRun, stats: SearchStats, skipped:
     checked = False  # each region's result written as it is found (after a write failed)
     for _ in range(MAX_ATTEMPTS):
         bridge = OnnxGraph(model, frozen)
-        outcome = search_block(bridge.graph, run, bridge.write if checked else None)
+        outcome = search_block(bridge.graph, run, bridge.written if checked else None)
         if not outcome.kept:
             stats.absorb(outcome.stats, kept=False)
-            return _done(model, bridge, skipped, rejected, outcome.graph, model.proto, outcome)
+            return _done(model, bridge, skipped, rejected, outcome.graph, model, outcome)
         try:
-            proto = bridge.write(outcome.graph)
+            written = bridge.written(outcome.graph)
         except RewriteRejected as err:
             more = bridge.owners_to_freeze(outcome.graph, err.nids) - frozen
             log.info("rewrite not applied (%s); searching again without it", err)
@@ -59,16 +59,16 @@ def optimize_onnx(model: OnnxModel, run: SearchRun, stats: SearchStats, skipped:
             checked = True
             continue
         stats.absorb(outcome.stats, kept=True)
-        return _done(model, bridge, skipped, rejected, outcome.graph, proto, outcome)
+        return _done(model, bridge, skipped, rejected, outcome.graph, written, outcome)
     skipped["rewrites left out: none could be written as ONNX"] += 1
     bridge = OnnxGraph(model)
     cost = run.cost.cost(bridge.graph)
-    return _done(model, bridge, skipped, rejected, bridge.graph, model.proto, Result(model, cost, cost))
+    return _done(model, bridge, skipped, rejected, bridge.graph, model, Result(model, cost, cost))
 
 
-def _done(model: OnnxModel, bridge: OnnxGraph, skipped: Counter, rejected: list[str], graph: Graph, proto,
-          costs) -> Result:
-    """The result of :func:`optimize_onnx`: ``graph`` is the one written as ``proto`` (the
+def _done(model: OnnxModel, bridge: OnnxGraph, skipped: Counter, rejected: list[str], graph: Graph,
+          new: OnnxModel, costs) -> Result:
+    """The result of :func:`optimize_onnx`: ``graph`` is the one written as ``new`` (the
     kernels it launches, against the bridge's original graph, go in the result); ``costs`` has
     ``cost_before``, ``cost_after`` and, when kept, ``folded``."""
     skipped.update(bridge.skipped)
@@ -76,7 +76,6 @@ def _done(model: OnnxModel, bridge: OnnxGraph, skipped: Counter, rejected: list[
         skipped["rewrites not applied: they would fix a symbolic size or have no ONNX form"] += len(rejected)
     facts = {"priced_dims": dict(model.dims), "rejected_rewrites": rejected,
              "opaque_reasons": dict(sorted(bridge.reasons.items()))}
-    new = model if proto is model.proto else model.with_proto(proto)
     return Result(new, costs.cost_before, costs.cost_after, costs.folded, facts,
                   (kernel_count(bridge.graph), kernel_count(graph)))
 

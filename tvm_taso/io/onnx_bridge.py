@@ -30,6 +30,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tvm_taso.io.onnx_model import OnnxModel, constant_value
+from tvm_taso.io.onnx_tensors import DETACHED_ELEMENTS, TensorStore, storable_dtype
 from tvm_taso.io.onnx_ops import FLOATS, READERS, emit, emit_conv
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import Graph, Ref
@@ -95,7 +96,7 @@ class OnnxGraph:
 
     def __init__(self, model: OnnxModel, frozen=frozenset()):
         self.model, self.frozen = model, frozenset(frozen)
-        self.proto = model.proto
+        self.proto = model.structure
         g = self.graph = Graph()
         self.refs: dict[str, Ref] = {}  # ONNX tensor name -> engine ref
         self.owner: dict[int, int] = {}  # engine node id -> index of the ONNX node it came from
@@ -169,7 +170,7 @@ class OnnxGraph:
         init = self._inits.get(name)
         if init is None or any(i.name == name for i in self.proto.graph.input):
             return None
-        self._consts[name] = numpy_helper.to_array(init)
+        self._consts[name] = self.model.initializer_value(init)
         return self._consts[name]
 
     # -- reading ------------------------------------------------------------------------------
@@ -257,10 +258,16 @@ class OnnxGraph:
         return result
 
     # -- writing ------------------------------------------------------------------------------
-    def write(self, g: Graph) -> onnx.ModelProto:
+    def written(self, g: Graph) -> OnnxModel:
         """The model computing ``g`` (the search's result on :attr:`graph`); RewriteRejected
-        when a node of ``g`` cannot be written (see the module docstring)."""
-        return _Writer(self, g).model()
+        when a node of ``g`` cannot be written (see the module docstring). Its new weights are
+        held apart, with the original's (:mod:`tvm_taso.io.onnx_tensors`)."""
+        writer = _Writer(self, g)
+        return self.model.with_proto(writer.model(), writer.store)
+
+    def write(self, g: Graph) -> onnx.ModelProto:
+        """The complete message of :meth:`written`."""
+        return self.written(g).proto
 
     def owners_to_freeze(self, g: Graph, nids) -> set[int]:
         """ONNX nodes to keep opaque so that the rewrite that made ``nids`` is not found again:
@@ -314,6 +321,7 @@ class _Writer:
         self.name_of: dict[Ref, str] = {}
         self.emitted: set[int] = set()  # ONNX nodes written (verbatim or with renamed inputs)
         self.new_inits: list[onnx.TensorProto] = []
+        self.store = bridge.model.store.extended() if bridge.model.store is not None else TensorStore()
         self.taken = _all_names(self.proto)
         self.counter = itertools.count()
         self.type_b: dict[Ref, TensorType | None] = {}
@@ -334,7 +342,12 @@ class _Writer:
 
     def initializer(self, array: np.ndarray, hint: str) -> str:
         name = self.fresh(f"taso_{hint}")
-        self.new_inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        array = np.ascontiguousarray(array)
+        data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+        if array.size > DETACHED_ELEMENTS and storable_dtype(data_type) is not None:
+            self.new_inits.append(self.store.tensor(name, array, data_type))
+        else:
+            self.new_inits.append(numpy_helper.from_array(array, name))
         return name
 
     def add_item(self, priority: float, node: onnx.NodeProto) -> None:

@@ -21,7 +21,7 @@ def random_feeds(model, dims: dict, ranges: dict, seed: int = 0) -> dict[str, np
     rng = np.random.default_rng(seed)
     shapes = model.shapes(dims)
     feeds = {}
-    for inp in real_inputs(model.proto):
+    for inp in real_inputs(model.structure):
         if inp.name not in shapes:
             continue
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type))
@@ -42,11 +42,11 @@ def integer_ranges(model) -> dict[str, tuple[int, int]]:
     for those summed by a CumSum, 0 or 1: an attention mask that positions are counted from (OPT
     indexes its position table with the running sum of its mask, which a mask of 2s overruns)."""
     consumers: dict[str, list] = {}
-    for node in model.proto.graph.node:
+    for node in model.structure.graph.node:
         for k, name in enumerate(node.input):
             consumers.setdefault(name, []).append((node, k))
     result = {}
-    for inp in model.proto.graph.input:
+    for inp in model.structure.graph.input:
         bound, stack, seen = None, [inp.name], set()
         while stack:
             name = stack.pop()

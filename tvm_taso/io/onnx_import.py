@@ -7,11 +7,15 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
 from tvm_taso.errors import InputError, first_line
 from tvm_taso.files import read_regular_file
+
+if TYPE_CHECKING:
+    from tvm_taso.io.onnx_tensors import TensorStore
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +33,56 @@ def read_model(model, name: str | None = None, data_files: list | None = None) -
     installed ``onnx`` knows is said in one warning.
     """
     if isinstance(model, onnx.ModelProto):
-        proto, name = model, name or model.graph.name or "<model>"
-    else:
-        path = Path(model)
-        data = _read_regular_file(path)
-        try:
-            proto = onnx.load_model_from_string(data)
-            if data_files is not None:
-                data_files.extend(sorted({path.parent / location for location in _external_locations(proto.graph)}))
-            onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
-        except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
-            raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
-        if not proto.graph.node and not proto.graph.output:
-            raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
-        name = str(path)
+        name = name or model.graph.name or "<model>"
+        return _opset_checked(model, name), name
+    path = Path(model)
+    proto = _parse(path, data_files)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    except Exception as err:  # noqa: BLE001 - a missing or short data file
+        raise InputError(f"{path}: not a readable ONNX model (its external data: {err})") from None
+    return _opset_checked(proto, str(path)), str(path)
+
+
+def read_detached(path, data_files: list | None = None) -> tuple[onnx.ModelProto, "TensorStore", str]:
+    """:func:`read_model` of a path, its large initializers held outside the message
+    (:func:`tvm_taso.io.onnx_tensors.detach`: external data files are mapped, not read):
+    (message, store, name)."""
+    from tvm_taso.io.onnx_tensors import detach
+
+    path = Path(path)
+    proto = _parse(path, data_files)
+    for location in _external_locations(proto.graph):
+        data = path.parent / location
+        if not data.is_file():
+            raise InputError(f"{path}: not a readable ONNX model (its external data file {data} is missing)")
+    try:
+        structure, store = detach(proto, path.parent)
+    except (OSError, ValueError) as err:  # a short data file, read for a small tensor
+        raise InputError(f"{path}: not a readable ONNX model (its external data: {err})") from None
+    del proto
+    if store.short_files():
+        raise InputError(f"{path}: not a readable ONNX model (its external data: {store.short_files()[0]} is "
+                         "shorter than its tensors say)")
+    return _opset_checked(structure, str(path)), store, str(path)
+
+
+def _parse(path: Path, data_files: list | None) -> onnx.ModelProto:
+    data = _read_regular_file(path)
+    try:
+        proto = onnx.load_model_from_string(data)
+    except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
+        raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
+    del data
+    if data_files is not None:
+        data_files.extend(sorted({path.parent / location for location in _external_locations(proto.graph)}))
+    if not proto.graph.node and not proto.graph.output:
+        raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
+    return proto
+
+
+def _opset_checked(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """``proto``, an opset newer than the installed ``onnx`` knows said in one warning."""
     known = onnx.defs.onnx_opset_version()
     for opset in proto.opset_import:
         if opset.domain in ("", "ai.onnx") and opset.version > known and (name, opset.version) not in _warned_opsets:
@@ -50,7 +90,7 @@ def read_model(model, name: str | None = None, data_files: list | None = None) -
             log.warning("%s: opset %d is newer than the installed onnx package knows (%d): ops whose meaning "
                         "changed after opset %d may be imported wrongly; upgrade onnx, or check the result "
                         "with --check", name, opset.version, known, known)
-    return proto, name
+    return proto
 
 
 def _external_locations(graph) -> set[str]:

@@ -23,7 +23,9 @@ from onnx import external_data_helper, helper, numpy_helper
 
 from tvm_taso.errors import InputError, first_line
 from tvm_taso.files import TEMP_PREFIX, write_all
-from tvm_taso.io.onnx_import import bind_dims, input_shapes, read_model
+from tvm_taso.io import onnx_tensors
+from tvm_taso.io.onnx_import import bind_dims, input_shapes, read_detached, read_model
+from tvm_taso.io.onnx_tensors import TensorStore, attach
 
 log = logging.getLogger("tvm_taso.io")
 
@@ -45,25 +47,39 @@ def default_size(axis: int) -> int:
 
 
 class OnnxModel:
-    """An ONNX model as tvm-taso optimizes it: ``proto`` (never modified), a ``name`` for messages,
-    and ``dims``, the size each symbolic input dimension is priced at."""
+    """An ONNX model as tvm-taso optimizes it: ``structure``, the model's message (never modified;
+    a model read from a file holds its large initializers outside it, in ``store``, see
+    :mod:`tvm_taso.io.onnx_tensors`), a ``name`` for messages, and ``dims``, the size each
+    symbolic input dimension is priced at. ``proto`` is the complete message."""
 
-    def __init__(self, proto: onnx.ModelProto, name: str, dims: dict[str, int]):
-        self.proto = proto
+    def __init__(self, proto: onnx.ModelProto, name: str, dims: dict[str, int], store: TensorStore | None = None):
+        self.structure = proto
+        self.store = store
         self.name = name
         self.dims = dict(dims)
 
     def __repr__(self) -> str:
-        return f"OnnxModel({self.name!r}, {len(self.proto.graph.node)} nodes, dims={self.dims})"
+        return f"OnnxModel({self.name!r}, {len(self.structure.graph.node)} nodes, dims={self.dims})"
+
+    @cached_property
+    def proto(self) -> onnx.ModelProto:
+        """The complete ``ModelProto`` (made once, on first use, when the weights are held apart)."""
+        return self.structure if self.store is None else attach(self.structure, self.store)
+
+    def initializer_value(self, init: onnx.TensorProto) -> np.ndarray:
+        """The value of the main graph's initializer ``init`` (read-only when it is held apart)."""
+        if self.store is not None and self.store.holds(init):
+            return self.store.value(init)
+        return numpy_helper.to_array(init)
 
     @property
     def opset(self) -> int:
         """The version of the default ONNX domain the model imports (0 when it imports none)."""
-        return next((o.version for o in self.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+        return next((o.version for o in self.structure.opset_import if o.domain in ("", "ai.onnx")), 0)
 
     def shapes(self, dims: dict[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         """Static shapes of the inputs a caller feeds, at ``dims`` (default the priced sizes)."""
-        return input_shapes(self.proto, self.dims if dims is None else dims)
+        return input_shapes(self.structure, self.dims if dims is None else dims)
 
     def second_dims(self) -> dict[str, int]:
         """Another size for every symbolic dimension (half, or 2 for a size of 1): where
@@ -77,11 +93,11 @@ class OnnxModel:
 
     @cached_property
     def _priced(self) -> "Inferred":
-        return infer(self.proto, self.shapes())
+        return infer(self.structure, self.shapes())
 
     @cached_property
     def _doubled(self) -> "Inferred":
-        return infer(self.proto, self.shapes(self.doubled_dims())) if self.dims else self._priced
+        return infer(self.structure, self.shapes(self.doubled_dims())) if self.dims else self._priced
 
     @property
     def types(self) -> dict[str, tuple[int, tuple | None]]:
@@ -102,9 +118,10 @@ class OnnxModel:
         return {name: value for name, value in priced.items()
                 if name in doubled and doubled[name].shape == value.shape and np.array_equal(doubled[name], value)}
 
-    def with_proto(self, proto: onnx.ModelProto) -> "OnnxModel":
-        """The same model (name, priced sizes) with another proto: an optimized version of it."""
-        return OnnxModel(proto, self.name, self.dims)
+    def with_proto(self, proto: onnx.ModelProto, store: TensorStore | None = None) -> "OnnxModel":
+        """The same model (name, priced sizes) with another message (its weights held apart in
+        ``store``): an optimized version of it."""
+        return OnnxModel(proto, self.name, self.dims, store)
 
     def save(self, path, data_location: str | None = None) -> None:
         """Write the model to ``path``, all or nothing (:meth:`writers`)."""
@@ -115,10 +132,18 @@ class OnnxModel:
         and, for a model over :data:`LARGE_MODEL_BYTES`, its tensors in the external data file
         ``data_location`` (default ``<file name>.data``) beside it. The data file is written
         whole (never appended to, as ``onnx.save_model`` does to an existing one) and replaced
-        together with the model."""
+        together with the model. Weights held apart are streamed to the files, never assembled
+        in memory."""
+        location = data_location or Path(path).name + ".data"
+        if self.store is not None:
+            held = onnx_tensors.stored_bytes(self.structure, self.store)
+            if self.structure.ByteSize() + held <= LARGE_MODEL_BYTES:
+                return {path: lambda tmp: onnx_tensors.write_inline(self.structure, self.store, tmp)}
+            layout = onnx_tensors.external_layout(self.structure, self.store, location)
+            return {Path(path).parent / location: lambda tmp: onnx_tensors.write_data(self.structure, self.store, tmp),
+                    path: lambda tmp: onnx.save_model(layout, os.fspath(tmp))}
         if not is_large(self.proto):
             return {path: lambda tmp: onnx.save_model(self.proto, os.fspath(tmp))}
-        location = data_location or Path(path).name + ".data"
         copy = onnx.ModelProto()
         copy.CopyFrom(self.proto)  # saving with external data moves the tensors out of the proto
 
@@ -140,7 +165,8 @@ def is_large(proto: onnx.ModelProto) -> bool:
         return True
 
 
-def load_onnx(model, shapes: dict | None = None, name: str | None = None, simplify: bool = False) -> OnnxModel:
+def load_onnx(model, shapes: dict | None = None, name: str | None = None, simplify: bool = False,
+              data_files: list | None = None) -> OnnxModel:
     """An ONNX model (a path or an ``onnx.ModelProto``) as an :class:`OnnxModel` for
     :func:`tvm_taso.optimize`.
 
@@ -152,12 +178,22 @@ def load_onnx(model, shapes: dict | None = None, name: str | None = None, simpli
     onnx-simplifier's simplification of it first (shape code folded into constants, the same
     inputs and outputs), which is what the optimized model is then built on. Raises
     :class:`InputError` for a missing, corrupt or invalid model or bad ``shapes``.
+
+    A model read from a file keeps its large weights outside the message it optimizes (memory
+    mapped where they are in external data files) and writes them straight to the output; the
+    paths of the external data files read are appended to ``data_files`` when given.
     """
-    proto, name = read_model(model, name)
-    if simplify:
-        proto = simplified(proto, name)
+    store = None
+    if isinstance(model, onnx.ModelProto) or simplify:
+        proto, name = read_model(model, name, data_files)
+        proto = simplified(proto, name) if simplify else proto
+    else:
+        proto, store, read_name = read_detached(model, data_files)
+        name = name or read_name
     try:
-        if is_large(proto) and not isinstance(model, onnx.ModelProto):
+        if store is not None:
+            onnx.checker.check_model(os.fspath(model))
+        elif is_large(proto) and not isinstance(model, onnx.ModelProto):
             onnx.checker.check_model(os.fspath(model))
         elif not is_large(proto):
             onnx.checker.check_model(proto)
@@ -175,7 +211,7 @@ def load_onnx(model, shapes: dict | None = None, name: str | None = None, simpli
         log.warning("%s: symbolic dimensions priced at %s (the output stays dynamic; give shapes= or "
                     "--shape NAME=D1xD2x... to price other sizes)", name,
                     ", ".join(f"{k}={v}" for k, v in sorted(defaulted.items())))
-    return OnnxModel(proto, name, dims)
+    return OnnxModel(proto, name, dims, store)
 
 
 def export_onnx(model, path=None, **relax_options):

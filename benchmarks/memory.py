@@ -1,0 +1,177 @@
+"""Peak memory and wall time of ``tvm-taso optimize`` on large models: ``python -m benchmarks.memory``.
+
+Each model is optimized by the command a user runs (``tvm-taso optimize IN -o OUT --target cuda
+--report R``) in its own process; its peak resident memory is the kernel's (``wait4``'s
+``ru_maxrss``), and the resident memory of the whole process tree (the region workers
+included) is sampled every 50 ms. The bound (issue 29) is the import baseline (a process that
+imports ``tvm``, ``onnx`` and ``tvm_taso``, measured the same way) plus twice the model's size
+on disk (the ``.onnx`` file and its external data). Models: a Llama-style decoder of about 1.1 B
+parameters written with external data (:mod:`benchmarks.llama`, float32 and float16) and the
+largest exports of the zoo (torchvision's VGG-11, Wide ResNet-50 and ViT-B/32, random weights).
+The optimized model is checked to load (``onnx.checker`` on the file) and, for the models under
+2 GB, to compute what the original computes (``--check``, a separate run: onnxruntime holds
+both models).
+
+    python -m benchmarks.memory [--only NAMES] [--no-check] [--json OUT] [--markdown OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tvm_taso.files import write_text_atomically
+
+log = logging.getLogger("benchmarks.memory")
+
+RESULTS = Path(__file__).parent / "results" / "memory.json"
+LLAMA = {"llama-1b-fp32": "float32", "llama-1b-fp16": "float16"}
+ZOO = ("vgg11", "wide_resnet50_2", "vit_b_32")
+BASELINE = "import tvm, onnx, tvm_taso"
+
+
+def run_measured(argv: list[str], env: dict | None = None) -> dict:
+    """Run ``argv``; its exit status, wall seconds, peak resident MB (the process itself) and the
+    sampled peak of its process tree's resident memory."""
+    import psutil
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    tree_peak = [0]
+    done = threading.Event()
+
+    def sample():
+        try:
+            root = psutil.Process(proc.pid)
+            while not done.is_set():
+                try:
+                    total = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+                except psutil.Error:
+                    total = 0
+                tree_peak[0] = max(tree_peak[0], total)
+                done.wait(0.05)
+        except psutil.Error:
+            pass
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    done.set()
+    sampler.join()
+    return {"status": proc.returncode, "seconds": round(time.perf_counter() - start, 1),
+            "peak_mb": round(usage.ru_maxrss / 1024), "tree_peak_mb": round(tree_peak[0] / 2**20),
+            "output_tail": output[-2000:]}
+
+
+def model_bytes(path: Path) -> int:
+    """The model file and the external data files beside it that it names."""
+    import onnx
+
+    proto = onnx.load(path, load_external_data=False)
+    locations = {e.value for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+                 for e in t.external_data if e.key == "location"}
+    return path.stat().st_size + sum((path.parent / loc).stat().st_size for loc in locations)
+
+
+def make_model(name: str, work: Path) -> Path:
+    path = work / f"{name}.onnx"
+    if name in LLAMA:
+        from .llama import LlamaConfig, write_llama
+
+        return write_llama(path, LlamaConfig(dtype=LLAMA[name]))
+    from .zoo import export
+
+    export(name, "classic", "static", path)
+    return path
+
+
+def measure(name: str, work: Path, baseline_mb: float, check: bool) -> dict:
+    path = make_model(name, work)
+    size = model_bytes(path)
+    out, report = work / f"{name}.taso.onnx", work / f"{name}.report.json"
+    row = {"model": name, "size_mb": round(size / 2**20), "bound_mb": round(baseline_mb + 2 * size / 2**20)}
+    run = run_measured([sys.executable, "-m", "tvm_taso.cli", "optimize", str(path), "-o", str(out),
+                        "--target", "cuda", "--report", str(report)])
+    row.update({k: run[k] for k in ("status", "seconds", "peak_mb", "tree_peak_mb")})
+    row["within_bound"] = run["peak_mb"] <= row["bound_mb"]
+    if run["status"] != 0:
+        row["error"] = run["output_tail"].strip().splitlines()[-1] if run["output_tail"].strip() else "failed"
+        return row
+    rep = json.loads(report.read_text())
+    row.update({"rules_applied": sum(rep["applied"].values()), "cost_ratio": round(rep["cost_after"] / rep["cost_before"], 4),
+                "output_mb": round(model_bytes(out) / 2**20)})
+    import onnx
+
+    onnx.checker.check_model(str(out))
+    if check and size < 2**31:
+        checked = run_measured([sys.executable, "-m", "tvm_taso.cli", "optimize", str(path), "-o",
+                                str(work / f"{name}.checked.onnx"), "--target", "cuda", "--check"])
+        row["check"] = "ok" if checked["status"] == 0 and "(ok)" in checked["output_tail"] else \
+            checked["output_tail"].strip().splitlines()[-1]
+    for f in work.glob(f"{name}*"):
+        f.unlink()
+    return row
+
+
+def table(result: dict) -> str:
+    lines = [f"Import baseline: {result['baseline_mb']} MB. Bound: baseline + 2 x the model's size.", "",
+             "| model | size MB | peak MB | bound MB | within | tree peak MB | wall s | rules | est. cost ratio | check |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        if "error" in r and "peak_mb" not in r:
+            lines.append(f"| {r['model']} | error: {r['error']} |||||||||")
+            continue
+        lines.append(f"| {r['model']} | {r['size_mb']} | {r['peak_mb']} | {r['bound_mb']} | "
+                     f"{'yes' if r['within_bound'] else '**no**'} | {r['tree_peak_mb']} | {r['seconds']} | "
+                     f"{r.get('rules_applied', '-')} | {r.get('cost_ratio', '-')} | {r.get('check', r.get('error', '-'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.memory", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", metavar="NAME", help=f"only these ({', '.join([*LLAMA, *ZOO])})")
+    ap.add_argument("--no-check", action="store_true", help="skip the --check runs")
+    ap.add_argument("--json", default=str(RESULTS))
+    ap.add_argument("--markdown", metavar="OUT")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    names = [n for n in [*LLAMA, *ZOO] if not args.only or n in args.only]
+    baseline = run_measured([sys.executable, "-c", BASELINE])
+    log.info("import baseline: %d MB", baseline["peak_mb"])
+    work = Path(tempfile.mkdtemp(prefix="tvm-taso-memory-"))
+    rows = []
+    try:
+        for name in names:
+            log.info("%s ...", name)
+            try:
+                row = measure(name, work, baseline["peak_mb"], not args.no_check)
+            except Exception as err:  # noqa: BLE001 - one model's failure is a row
+                log.exception("%s failed", name)
+                row = {"model": name, "error": f"{type(err).__name__}: {err}".splitlines()[0]}
+            log.info("  %s", row)
+            rows.append(row)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores", "baseline_mb": baseline["peak_mb"],
+              "rows": rows}
+    write_text_atomically(args.json, json.dumps(result, indent=1) + "\n")
+    text = table(result)
+    print(text)
+    if args.markdown:
+        write_text_atomically(args.markdown, text)
+    return 0 if all(r.get("within_bound") and r.get("status") == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,274 @@
+"""A model's large initializers held outside its ``ModelProto``, so that memory stays near the
+model's size: read once (memory-mapped where the model keeps them in external data files),
+never copied into the protobuf message the optimizer reads and writes, and streamed to the
+output file when the result is written.
+
+A tensor held by a :class:`TensorStore` appears in the message as an external tensor whose
+``location`` is ``tvm-taso-store:TOKEN``: its name, type and dimensions are there, its bytes
+are not. :func:`detach` makes such a message from a loaded one, :func:`attach` gives the
+complete message back (for a runtime or a user that needs it whole), and :func:`write_model`
+writes one file, or one file and its external data file, without ever holding the serialized
+model in memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, external_data_helper, helper, numpy_helper
+
+PREFIX = "tvm-taso-store:"
+# tensors with more elements than this are held in the store (smaller ones stay in the message:
+# shape inference reads them as shapes, axes, split sizes)
+DETACHED_ELEMENTS = 1024
+_CHUNK = 16 * 2**20
+_tokens = itertools.count()
+
+
+@dataclass(frozen=True)
+class _FileRange:
+    """Bytes of an external data file: read in place (memory-mapped), copied in chunks."""
+
+    path: Path
+    offset: int
+    length: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def array(self) -> np.ndarray:
+        if self.length == 0:
+            return np.zeros(self.shape, self.dtype)
+        return np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape)
+
+    def copy_to(self, out) -> None:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            left = self.length
+            while left:
+                chunk = f.read(min(_CHUNK, left))
+                if not chunk:
+                    raise OSError(f"{self.path}: shorter than its tensors say")
+                out.write(chunk)
+                left -= len(chunk)
+
+
+class TensorStore:
+    """Values of the tensors a message names by token: arrays, or ranges of data files."""
+
+    def __init__(self, entries: dict | None = None):
+        self._entries: dict[str, np.ndarray | _FileRange] = dict(entries or {})
+
+    def extended(self) -> "TensorStore":
+        """A store holding what this one holds, to which new tensors can be added."""
+        return TensorStore(self._entries)
+
+    def tensor(self, name: str, value: np.ndarray | _FileRange, data_type: int) -> TensorProto:
+        """``value`` held here, as the message's tensor ``name`` of ONNX type ``data_type``."""
+        token = f"{PREFIX}{next(_tokens)}"
+        self._entries[token] = value
+        t = TensorProto(name=name, dims=value.shape, data_type=data_type)
+        t.data_location = TensorProto.EXTERNAL
+        t.external_data.add(key="location", value=token)
+        return t
+
+    def short_files(self) -> list[Path]:
+        """Data files shorter than the tensors this store maps from them say."""
+        return sorted({e.path for e in self._entries.values() if isinstance(e, _FileRange)
+                       and e.path.stat().st_size < e.offset + e.length})
+
+    def holds(self, tensor: TensorProto) -> bool:
+        return _token(tensor) in self._entries
+
+    def value(self, tensor: TensorProto) -> np.ndarray:
+        """The value of a tensor this store holds (read-only: a data file's bytes are mapped)."""
+        entry = self._entries[_token(tensor)]
+        return entry.array() if isinstance(entry, _FileRange) else entry
+
+    def nbytes(self, tensor: TensorProto) -> int:
+        entry = self._entries[_token(tensor)]
+        return entry.length if isinstance(entry, _FileRange) else entry.nbytes
+
+    def write_bytes(self, tensor: TensorProto, out) -> None:
+        entry = self._entries[_token(tensor)]
+        if isinstance(entry, _FileRange):
+            entry.copy_to(out)
+        else:
+            out.write(memoryview(np.ascontiguousarray(entry)).cast("B"))
+
+
+def _token(tensor: TensorProto) -> str | None:
+    if tensor.data_location != TensorProto.EXTERNAL:
+        return None
+    location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+    return location if location.startswith(PREFIX) else None
+
+
+_STORED = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16, TensorProto.INT8,
+           TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8, TensorProto.UINT16,
+           TensorProto.UINT32, TensorProto.UINT64, TensorProto.BOOL)
+
+
+def storable_dtype(data_type: int) -> np.dtype | None:
+    """The numpy dtype whose bytes are the raw data of ONNX type ``data_type``, or None for a
+    type whose tensors stay in the message (strings, packed and 8-bit float types)."""
+    return np.dtype(helper.tensor_dtype_to_np_dtype(data_type)) if data_type in _STORED else None
+
+
+def detach(proto: onnx.ModelProto, base_dir: Path | None) -> tuple[onnx.ModelProto, TensorStore]:
+    """``proto`` as a message without the bytes of its large main-graph initializers (held by the
+    returned store: data files beside the model, ``base_dir``, are mapped, not read) and with
+    every other external tensor's data loaded into it."""
+    store = TensorStore()
+    out = onnx.ModelProto()
+    for field, value in proto.ListFields():
+        if field.name != "graph":
+            _set_field(out, field, value)
+    for field, value in proto.graph.ListFields():
+        if field.name != "initializer":
+            _set_field(out.graph, field, value)
+    for init in proto.graph.initializer:
+        out.graph.initializer.append(_detached(init, store, base_dir))
+    for tensor in external_data_helper._get_all_tensors(out):
+        if external_data_helper.uses_external_data(tensor) and not store.holds(tensor):
+            external_data_helper.load_external_data_for_tensor(tensor, os.fspath(base_dir or "."))
+            tensor.data_location = TensorProto.DEFAULT
+            del tensor.external_data[:]
+    return out, store
+
+
+def _detached(init: TensorProto, store: TensorStore, base_dir: Path | None) -> TensorProto:
+    dtype = storable_dtype(init.data_type)
+    shape = tuple(int(d) for d in init.dims)
+    if dtype is None or int(np.prod(shape, dtype=np.int64)) <= DETACHED_ELEMENTS or init.segment.end:
+        return _metadata(init, keep_data=True)
+    if external_data_helper.uses_external_data(init):
+        info = external_data_helper.ExternalDataInfo(init)
+        path = Path(base_dir or ".") / info.location
+        length = info.length if info.length is not None else int(np.prod(shape)) * dtype.itemsize
+        if length != int(np.prod(shape)) * dtype.itemsize:
+            return _metadata(init, keep_data=True)
+        value = _FileRange(path, info.offset or 0, length, dtype, shape)
+    elif init.HasField("raw_data"):
+        value = np.frombuffer(init.raw_data, dtype=dtype).reshape(shape)  # one copy: the bytes object
+    else:
+        value = numpy_helper.to_array(init)
+    t = store.tensor(init.name, value, init.data_type)
+    meta = _metadata(init, keep_data=False)
+    meta.data_location = t.data_location
+    meta.external_data.extend(t.external_data)
+    return meta
+
+
+def _metadata(init: TensorProto, keep_data: bool) -> TensorProto:
+    """A copy of ``init``; without ``keep_data``, only what describes it (name, type, dims, doc)."""
+    t = TensorProto()
+    for field, value in init.ListFields():
+        if keep_data or field.name in ("name", "dims", "data_type", "doc_string", "metadata_props"):
+            _set_field(t, field, value)
+    return t
+
+
+def _set_field(dst, field, value) -> None:
+    target = getattr(dst, field.name)
+    if field.is_repeated:
+        target.extend(value)
+    elif field.message_type is not None:
+        target.CopyFrom(value)
+    else:
+        setattr(dst, field.name, value)
+
+
+def attach(proto: onnx.ModelProto, store: TensorStore) -> onnx.ModelProto:
+    """The complete message: ``proto`` with the bytes of every tensor ``store`` holds in it."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for init in out.graph.initializer:
+        if store.holds(init):
+            value = store.value(init)
+            init.raw_data = np.ascontiguousarray(value).tobytes()
+            init.ClearField("data_location")
+            del init.external_data[:]
+    return out
+
+
+def stored_bytes(proto: onnx.ModelProto, store: TensorStore) -> int:
+    return sum(store.nbytes(i) for i in proto.graph.initializer if store.holds(i))
+
+
+def write_inline(proto: onnx.ModelProto, store: TensorStore, path) -> None:
+    """Write the complete model to one file, each held tensor's bytes copied in place from the
+    store (protobuf accepts a message's fields in any order: the initializers go last)."""
+    graph = onnx.GraphProto()
+    for field, value in proto.graph.ListFields():
+        if field.name != "initializer":
+            _set_field(graph, field, value)
+    head = onnx.ModelProto()
+    for field, value in proto.ListFields():
+        if field.name != "graph":
+            _set_field(head, field, value)
+    entries = []
+    for init in proto.graph.initializer:
+        if store.holds(init):
+            meta = _metadata(init, keep_data=False).SerializeToString()
+            n = store.nbytes(init)
+            size = len(meta) + 1 + _varint_size(n) + n
+            entries.append((init, meta, n, size))
+        else:
+            body = init.SerializeToString()
+            entries.append((None, body, 0, len(body)))
+    graph_bytes = graph.SerializeToString()
+    graph_size = len(graph_bytes) + sum(1 + _varint_size(size) + size for *_, size in entries)
+    with open(path, "wb") as f:
+        f.write(head.SerializeToString())
+        f.write(_key(7) + _varint(graph_size) + graph_bytes)  # ModelProto.graph
+        for init, body, n, size in entries:
+            f.write(_key(5) + _varint(size) + body)  # GraphProto.initializer
+            if init is not None:
+                f.write(_key(9) + _varint(n))  # TensorProto.raw_data
+                store.write_bytes(init, f)
+
+
+def external_layout(proto: onnx.ModelProto, store: TensorStore, location: str) -> onnx.ModelProto:
+    """``proto`` with each held tensor pointing at its place in one data file ``location``, in
+    order (what :func:`write_data` writes)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    offset = 0
+    for init in out.graph.initializer:
+        if store.holds(init):
+            n = store.nbytes(init)
+            del init.external_data[:]
+            for key, value in (("location", location), ("offset", str(offset)), ("length", str(n))):
+                init.external_data.add(key=key, value=value)
+            offset += n
+    return out
+
+
+def write_data(proto: onnx.ModelProto, store: TensorStore, path) -> None:
+    """The data file of :func:`external_layout`: every held tensor's bytes, in order."""
+    with open(path, "wb") as f:
+        for init in proto.graph.initializer:
+            if store.holds(init):
+                store.write_bytes(init, f)
+
+
+def _key(field: int) -> bytes:
+    return _varint(field << 3 | 2)  # a length-delimited field
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _varint_size(n: int) -> int:
+    return len(_varint(n))
