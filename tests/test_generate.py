@@ -289,3 +289,15 @@ def _rule_instance(rule, seed: int = 0, tries: int = 60):
 
     G.outputs = [r for p in rule.src for r in (build(p) if isinstance(p, Op) else build(p))]
     return G, feeds
+
+
+def test_parallel_activations_on_rank_4_tensors_are_stated():
+    """``relu(a), relu(b) => split(relu(concat(a, b)))`` for NCHW tensors, on both axes merges
+    concatenate along: the parallel pair of relus used to be paired with its twin through TASO's
+    identity convolution, a partner no rule can spell, and lost its only rule (issue 30)."""
+    result = generate(GenConfig(max_ops=3, groups=("conv2d", "relu", "concat", "split", "const"), domains=("conv",),
+                                workers=1, progress=False, implied=False))
+    parallel = [parse_rules(e.text)[0] for e in result.rules if e.text.split(":", 1)[1].split("=>")[0].strip()
+                == "(relu ?x1), (relu ?x2)"]
+    axes = sorted(dict(r.dst[0].attrs)["axis"] for r in parallel)
+    assert axes == [0, 1] and all("(= (rank ?x1) 4)" in r.text for r in parallel)
