@@ -112,3 +112,16 @@ def test_optimize_stays_within_the_import_baseline_plus_twice_the_model(tmp_path
                              "--target", "cuda", "-j", "1"])
     assert "merge-matmul-shared-lhs" in output
     assert peak <= baseline + 2 * size_mb, (peak, baseline, size_mb, time.perf_counter() - start)
+
+
+def test_external_data_outside_the_models_folder_is_refused(tmp_path):
+    path = write_llama(tmp_path / "llama.onnx", SMALL)
+    proto = onnx.load(path, load_external_data=False)
+    for init in proto.graph.initializer:
+        for entry in init.external_data:
+            if entry.key == "location":
+                entry.value = "../llama.onnx.data"
+    (tmp_path / "sub").mkdir()
+    onnx.save_model(proto, tmp_path / "sub" / "m.onnx")
+    with pytest.raises(tvm_taso.InputError, match="outside the model's folder"):
+        tvm_taso.load_onnx(tmp_path / "sub" / "m.onnx")
