@@ -35,6 +35,15 @@ def read_regular_file(path: Path, limit: int, what: str, too_large: str = "") ->
     file of at most ``limit`` bytes: ``/dev/zero`` would be read until memory runs out and a
     FIFO would block forever. ``what`` names the file's kind in messages ("an ONNX file");
     ``too_large`` is said after the size when the file is over it (what to do instead)."""
+    with open_regular_file(path, limit, what, too_large) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputFileError(f"{path}: grew past the {_size(limit)} {what} may hold while being read")
+    return data
+
+
+def open_regular_file(path: Path, limit: int, what: str, too_large: str = ""):
+    """``path`` opened for binary reading after the checks of :func:`read_regular_file`."""
     if not path.exists():
         raise InputFileError(f"{path}: no such file")
     if path.is_dir():
@@ -43,16 +52,15 @@ def read_regular_file(path: Path, limit: int, what: str, too_large: str = "") ->
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except OSError as err:
         raise InputFileError(f"{path}: cannot open: {err.strerror or err}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputFileError(f"{path}: not a regular file (a device, FIFO or socket); give {what}")
-        if st.st_size > limit:
-            raise InputFileError(f"{path}: {st.st_size} bytes, over the {_size(limit)} {what} may hold{too_large}")
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise InputFileError(f"{path}: grew past the {_size(limit)} {what} may hold while being read")
-    return data
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        raise InputFileError(f"{path}: not a regular file (a device, FIFO or socket); give {what}")
+    if st.st_size > limit:
+        f.close()
+        raise InputFileError(f"{path}: {st.st_size} bytes, over the {_size(limit)} {what} may hold{too_large}")
+    return f
 
 
 def _size(n: int) -> str:

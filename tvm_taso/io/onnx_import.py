@@ -7,15 +7,13 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import onnx
 
 from tvm_taso.errors import InputError, first_line
-from tvm_taso.files import read_regular_file
+from tvm_taso.files import open_regular_file, read_regular_file
+from tvm_taso.io import onnx_tensors
 
-if TYPE_CHECKING:
-    from tvm_taso.io.onnx_tensors import TensorStore
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +42,26 @@ def read_model(model, name: str | None = None, data_files: list | None = None) -
     return _opset_checked(proto, str(path)), str(path)
 
 
-def read_detached(path, data_files: list | None = None) -> tuple[onnx.ModelProto, "TensorStore", str]:
+def read_detached(path, data_files: list | None = None) -> tuple[onnx.ModelProto, onnx_tensors.TensorStore, str]:
     """:func:`read_model` of a path, its large initializers held outside the message
     (:func:`tvm_taso.io.onnx_tensors.detach`: external data files are mapped, not read):
     (message, store, name)."""
-    from tvm_taso.io.onnx_tensors import detach
-
     path = Path(path)
-    proto = _parse(path, data_files)
+    with open_regular_file(path, MAX_MODEL_BYTES, "an ONNX file", " (keep large weights as external data)") as f:
+        try:
+            proto, held = onnx_tensors.parse_detached(f, path)
+        except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
+            raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
+    if data_files is not None:
+        data_files.extend(sorted({path.parent / location for location in _external_locations(proto.graph)}))
     for location in _external_locations(proto.graph):
         data = path.parent / location
         if not data.is_file():
             raise InputError(f"{path}: not a readable ONNX model (its external data file {data} is missing)")
     try:
-        structure, store = detach(proto, path.parent)
+        structure, store = onnx_tensors.detach(proto, path.parent, held)
     except (OSError, ValueError) as err:  # a short data file, read for a small tensor
         raise InputError(f"{path}: not a readable ONNX model (its external data: {err})") from None
     del proto
@@ -103,8 +107,9 @@ def _external_locations(graph) -> set[str]:
             tensors += list(attr.tensors)
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                 found |= _external_locations(sub)
-    for tensor in tensors:
-        found |= {entry.value for entry in tensor.external_data if entry.key == "location"}
+    for tensor in tensors:  # (tensors this process holds apart name no file)
+        found |= {entry.value for entry in tensor.external_data
+                  if entry.key == "location" and not entry.value.startswith(onnx_tensors.PREFIX)}
     return found
 
 

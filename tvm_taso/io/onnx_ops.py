@@ -54,8 +54,10 @@ def _operand_t(r, name: str, transpose: bool, scale: float = 1.0):
     if value is not None:
         if not transpose and scale == 1.0:
             return r.ref(name)
-        array = (value.T if transpose else value) * np.asarray(scale, value.dtype)
-        return r.leaf(np.ascontiguousarray(array.astype(value.dtype)), (name, "T" if transpose else "", scale))
+        array = value.T if transpose else value  # a view: copied only if a rewrite writes it
+        if scale != 1.0:
+            array = (array * np.asarray(scale, value.dtype)).astype(value.dtype)
+        return r.leaf(array, (name, "T" if transpose else "", scale))
     ref = r.ref(name)
     if transpose:
         ref = r.add("permute_dims", [ref], {"axes": (1, 0)})

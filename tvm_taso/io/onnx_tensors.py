@@ -14,6 +14,7 @@ model in memory.
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,11 +120,13 @@ def storable_dtype(data_type: int) -> np.dtype | None:
     return np.dtype(helper.tensor_dtype_to_np_dtype(data_type)) if data_type in _STORED else None
 
 
-def detach(proto: onnx.ModelProto, base_dir: Path | None) -> tuple[onnx.ModelProto, TensorStore]:
+def detach(proto: onnx.ModelProto, base_dir: Path | None,
+           store: TensorStore | None = None) -> tuple[onnx.ModelProto, TensorStore]:
     """``proto`` as a message without the bytes of its large main-graph initializers (held by the
-    returned store: data files beside the model, ``base_dir``, are mapped, not read) and with
-    every other external tensor's data loaded into it."""
-    store = TensorStore()
+    returned store, ``store`` when given, which may already hold some: data files beside the
+    model, ``base_dir``, are mapped, not read) and with every other external tensor's data
+    loaded into it."""
+    store = store if store is not None else TensorStore()
     out = onnx.ModelProto()
     for field, value in proto.ListFields():
         if field.name != "graph":
@@ -141,7 +144,119 @@ def detach(proto: onnx.ModelProto, base_dir: Path | None) -> tuple[onnx.ModelPro
     return out, store
 
 
+def parse_detached(f, path: Path) -> tuple[onnx.ModelProto, TensorStore]:
+    """The model in the open file ``f`` (at ``path``) parsed without the bytes of its large
+    main-graph initializers, which stay in the file, mapped (:func:`detach` of the message, made
+    without reading them): the protobuf wire format is walked over a read-only mapping of the
+    file, and only the rest is parsed."""
+    size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        return onnx.ModelProto(), TensorStore()
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        out, held, pos = bytearray(), [], 0
+        while pos < size:
+            key, start = _read_varint(mm, pos)
+            end = _skip(mm, start, key & 7)
+            if key == (7 << 3 | 2):  # ModelProto.graph
+                length, body = _read_varint(mm, start)
+                graph = _strip_graph(mm, body, body + length, held)
+                out += _key(7) + _varint(len(graph)) + graph
+            else:
+                out += mm[pos:end]
+            pos = end
+    proto = onnx.ModelProto.FromString(bytes(out))
+    ranges = dict(held)
+    store = TensorStore()
+    for k, init in enumerate(proto.graph.initializer):
+        if k not in ranges:
+            continue
+        offset, length = ranges[k]
+        dtype, shape = storable_dtype(init.data_type), tuple(int(d) for d in init.dims)
+        elements = int(np.prod(shape, dtype=np.int64))
+        if dtype is not None and elements > DETACHED_ELEMENTS and elements * dtype.itemsize == length:
+            t = store.tensor(init.name, _FileRange(path, offset, length, dtype, shape), init.data_type)
+            init.data_location = t.data_location
+            init.external_data.extend(t.external_data)
+        else:  # small (shape inference reads it), or its bytes are not simply its values
+            with open(path, "rb") as again:
+                again.seek(offset)
+                init.raw_data = again.read(length)
+    return proto, store
+
+
+_LARGE_RAW = DETACHED_ELEMENTS  # bytes of raw data from which a tensor's are left in the file
+
+
+def _strip_graph(mm, pos: int, end: int, held: list) -> bytes:
+    """The GraphProto bytes ``mm[pos:end]`` without the raw data of large initializers; their
+    (initializer index, (offset, length)) go to ``held``."""
+    out, index = bytearray(), 0
+    while pos < end:
+        key, start = _read_varint(mm, pos)
+        stop = _skip(mm, start, key & 7)
+        if stop > end:
+            raise ValueError("a field runs past the end of its graph")
+        if key == (5 << 3 | 2):  # GraphProto.initializer
+            length, body = _read_varint(mm, start)
+            tensor, raw = bytearray(), None
+            p = body
+            while p < body + length:
+                k, s = _read_varint(mm, p)
+                e = _skip(mm, s, k & 7)
+                if k == (9 << 3 | 2) and raw is None:  # TensorProto.raw_data
+                    n, data = _read_varint(mm, s)
+                    if n >= _LARGE_RAW:
+                        raw = (data, n)
+                        p = e
+                        continue
+                tensor += mm[p:e]
+                p = e
+            if raw is not None:
+                held.append((index, raw))
+            out += _key(5) + _varint(len(tensor)) + tensor
+            index += 1
+        else:
+            out += mm[pos:stop]
+        pos = stop
+    return bytes(out)
+
+
+def _read_varint(mm, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(mm):
+            raise ValueError("the file ends inside a field")
+        byte = mm[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("a malformed varint")
+
+
+def _skip(mm, pos: int, wire: int) -> int:
+    """The end of the field whose value starts at ``pos`` (wire type ``wire``)."""
+    if wire == 0:
+        end = _read_varint(mm, pos)[1]
+    elif wire == 1:
+        end = pos + 8
+    elif wire == 2:
+        n, start = _read_varint(mm, pos)
+        end = start + n
+    elif wire == 5:
+        end = pos + 4
+    else:
+        raise ValueError(f"wire type {wire}: not a protobuf message this reader walks")
+    if end > len(mm):
+        raise ValueError("the file ends inside a field")
+    return end
+
+
 def _detached(init: TensorProto, store: TensorStore, base_dir: Path | None) -> TensorProto:
+    if store.holds(init):
+        return _metadata(init, keep_data=True)
     dtype = storable_dtype(init.data_type)
     shape = tuple(int(d) for d in init.dims)
     if dtype is None or int(np.prod(shape, dtype=np.int64)) <= DETACHED_ELEMENTS or init.segment.end:

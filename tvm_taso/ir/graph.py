@@ -385,15 +385,17 @@ def fold_constants(graph: Graph, new: set[int] | frozenset = frozenset()) -> int
         outs = _fold(n, [values[r] for r in inputs])
         if outs is None:
             continue
-        unfit = [ty.dtype for arr, ty in zip(outs, n.types)
-                 if ty is not None and np.dtype(ty.dtype).kind == "f" and not fits(arr, ty.dtype)]
+        moved = ops.OPS[n.op].kind in (ops.INJECTIVE, ops.VIEW)  # the same values, rearranged: they fit
+        unfit = [ty.dtype for arr, ty in zip(outs, n.types) if not moved
+                 and ty is not None and np.dtype(ty.dtype).kind == "f" and not fits(arr, ty.dtype)]
         if unfit:
             if nid in new:
                 raise FoldError(f"folding {n.op} into {unfit[0]} weights overflows or loses precision")
             continue
         folded += 1
         for i, (arr, ty) in enumerate(zip(outs, n.types)):
-            arr = np.ascontiguousarray(np.asarray(arr).astype(ty.dtype, copy=False))
+            # a transpose or reshape of a weight stays a view of it: written only if the result keeps it
+            arr = np.asarray(arr).astype(ty.dtype, copy=False)
             cid = graph.add_leaf("const", ty, (arr, None), key=("folded", nid, i))
             mapping[(nid, i)] = (cid, 0)
             values[(cid, 0)] = arr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -143,7 +144,7 @@ class BlockGraph:
                 continue
             if node.op == "const":
                 array, expr = node.payload
-                var_of[(nid, 0)] = expr if expr is not None else relax.const(array, str(array.dtype))
+                var_of[(nid, 0)] = expr if expr is not None else relax.const(np.ascontiguousarray(array), str(array.dtype))
                 continue
             args = [operand(r) for r in node.inputs]
             if node.op == "opaque":
