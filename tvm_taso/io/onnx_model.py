@@ -191,8 +191,8 @@ def load_onnx(model, shapes: dict | None = None, name: str | None = None, simpli
         proto, store, read_name = read_detached(model, data_files)
         name = name or read_name
     try:
-        if store is not None:
-            onnx.checker.check_model(os.fspath(model))
+        if store is not None:  # not the file: the checker would read every weight
+            onnx.checker.check_model(onnx_tensors.checkable(proto, store))
         elif is_large(proto) and not isinstance(model, onnx.ModelProto):
             onnx.checker.check_model(os.fspath(model))
         elif not is_large(proto):

@@ -313,6 +313,21 @@ def attach(proto: onnx.ModelProto, store: TensorStore) -> onnx.ModelProto:
     return out
 
 
+def checkable(proto: onnx.ModelProto, store: TensorStore) -> onnx.ModelProto:
+    """``proto`` as ``onnx.checker`` can check it in memory: each held tensor a typed graph
+    input instead (its bytes were checked against its type when it was mapped)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    inputs = {i.name for i in out.graph.input}
+    kept = [i for i in out.graph.initializer if not store.holds(i)]
+    for init in out.graph.initializer:
+        if store.holds(init) and init.name not in inputs:
+            out.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
+    return out
+
+
 def stored_bytes(proto: onnx.ModelProto, store: TensorStore) -> int:
     return sum(store.nbytes(i) for i in proto.graph.initializer if store.holds(i))
 
