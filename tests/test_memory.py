@@ -6,8 +6,6 @@ original computes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 
@@ -18,6 +16,7 @@ import pytest
 
 import tvm_taso
 from benchmarks.llama import LlamaConfig, write_llama
+from benchmarks.memory import run_measured
 from tvm_taso.io import onnx_model
 
 SMALL = LlamaConfig(layers=2, hidden=64, heads=4, intermediate=160, vocab=50, max_positions=32)
@@ -94,11 +93,9 @@ def test_a_missing_or_short_data_file_is_one_line(tmp_path):
 
 
 def _peak_mb(argv) -> tuple[int, str]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, output
-    return usage.ru_maxrss // 1024, output
+    run = run_measured(argv)
+    assert run["status"] == 0, run["output_tail"]
+    return run["peak_mb"], run["output_tail"]
 
 
 def test_optimize_stays_within_the_import_baseline_plus_twice_the_model(tmp_path):
