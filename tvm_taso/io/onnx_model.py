@@ -179,9 +179,10 @@ def load_onnx(model, shapes: dict | None = None, name: str | None = None, simpli
     inputs and outputs), which is what the optimized model is then built on. Raises
     :class:`InputError` for a missing, corrupt or invalid model or bad ``shapes``.
 
-    A model read from a file keeps its large weights outside the message it optimizes (memory
-    mapped where they are in external data files) and writes them straight to the output; the
-    paths of the external data files read are appended to ``data_files`` when given.
+    A model read from a file keeps its large weights outside the message it optimizes: they
+    stay in the file they are in (the model's or its external data), memory-mapped, and are
+    copied straight to the output; the paths of the external data files read are appended to
+    ``data_files`` when given.
     """
     store = None
     if isinstance(model, onnx.ModelProto) or simplify:

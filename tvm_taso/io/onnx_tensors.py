@@ -1,13 +1,15 @@
 """A model's large initializers held outside its ``ModelProto``, so that memory stays near the
-model's size: read once (memory-mapped where the model keeps them in external data files),
-never copied into the protobuf message the optimizer reads and writes, and streamed to the
-output file when the result is written.
+model's size: left in the file they are in (the model's own, whose protobuf wire format is
+walked over a mapping, or its external data), memory-mapped, never copied into the protobuf
+message the optimizer reads and writes, and streamed to the output file when the result is
+written.
 
 A tensor held by a :class:`TensorStore` appears in the message as an external tensor whose
 ``location`` is ``tvm-taso-store:TOKEN``: its name, type and dimensions are there, its bytes
-are not. :func:`detach` makes such a message from a loaded one, :func:`attach` gives the
-complete message back (for a runtime or a user that needs it whole), and :func:`write_model`
-writes one file, or one file and its external data file, without ever holding the serialized
+are not. :func:`parse_detached` reads such a message from a file, :func:`detach` makes one from
+a loaded message, :func:`attach` gives the complete message back (for a runtime or a user that
+needs it whole), and :func:`write_inline` (one file) or :func:`external_layout` with
+:func:`write_data` (a file and its external data) write it without ever holding the serialized
 model in memory.
 """
 
