@@ -1,11 +1,14 @@
-"""eqsat with and without extraction's search over rule applications, side by side.
+"""eqsat's extraction settings side by side: greedy + local switches (the default), with TENSAT's
+ILP candidate, and with the search over rule applications.
 
 For each model (both sizes by default), in one run, one after the other: ``tvm_taso.search.search`` with
-``kind="eqsat"`` under ``EqsatLimits()`` and under ``EqsatLimits(search_tries=N)``, on every
-dataflow block of ``main``, under one cost model (analytic, priced for cuda): the seconds in the
-search and the estimated cost of the graph each finds, with backtracking's cost for reference.
+``kind="eqsat"`` under ``EqsatLimits()``, ``EqsatLimits(ilp=True)`` and
+``EqsatLimits(search_tries=N)`` (``--settings`` picks), on every dataflow block of ``main``,
+under one cost model (analytic, priced for cuda): the seconds in the search and the estimated
+cost of the graph each finds, with backtracking's cost for reference.
 
     python -m benchmarks.extraction_search                  # results/extraction_search.json
+    python -m benchmarks.extraction_search --settings default ilp -o results/extraction_ilp.json
     python -m benchmarks.extraction_search --quick --only nasnet-a nasrnn
 """
 
@@ -41,6 +44,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny model sizes only (default: both sizes)")
     parser.add_argument("--only", nargs="*", help="model names (default all eight)")
     parser.add_argument("--search-tries", type=int, default=100)
+    parser.add_argument("--settings", nargs="+", choices=("default", "ilp", "search"), default=["default", "search"],
+                        help="extraction settings to compare, the first against the others (default: default search)")
     parser.add_argument("--time-limit", type=float, default=300.0, help="seconds per model and search")
     parser.add_argument("--target", default="cuda")
     parser.add_argument("-o", "--output", help="default: results/extraction_search.json")
@@ -50,8 +55,9 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     rules, cost = default_rules(), make_cost_model("analytic", args.target)
-    settings = {"default": eqsat.EqsatLimits(), f"search_tries={args.search_tries}":
-                eqsat.EqsatLimits(search_tries=args.search_tries)}
+    known = {"default": ("default", eqsat.EqsatLimits()), "ilp": ("ilp", eqsat.EqsatLimits(ilp=True)),
+             "search": (f"search_tries={args.search_tries}", eqsat.EqsatLimits(search_tries=args.search_tries))}
+    settings = dict(known[k] for k in args.settings)
     rows = []
     pairs = [(size, n) for size in (("quick",) if args.quick else ("quick", "full"))
              for n in chosen_models(parser, args.only)]
@@ -63,10 +69,10 @@ def main(argv=None) -> int:
             seconds, total = run_search(gs, rules, cost, "eqsat", limits, args.time_limit)
             row[label] = {"seconds": seconds, "cost": total, "vs_backtrack": total / row["backtrack_cost"]}
         rows.append(row)
-        a, b = (row[k] for k in settings)
-        tqdm.write(f"{size:5s} {name:14s} default {a['seconds']:6.2f} s {a['cost']:10.3f} ({a['vs_backtrack']:.4f} of "
-                   f"backtracking) | with search {b['seconds']:6.2f} s {b['cost']:10.3f} ({b['vs_backtrack']:.4f})")
-    a_key, b_key = settings
+        tqdm.write(f"{size:5s} {name:14s} " + " | ".join(
+            f"{k} {row[k]['seconds']:6.2f} s {row[k]['cost']:10.3f} ({row[k]['vs_backtrack']:.4f} of backtracking)"
+            for k in settings))
+    a_key, b_key = list(settings)[:2]
     ratios = [r[b_key]["seconds"] / r[a_key]["seconds"] for r in rows]
     result = {
         "target": args.target, "cost_model": "analytic", "settings": list(settings),
@@ -75,8 +81,9 @@ def main(argv=None) -> int:
         "rows": rows,
         "summary": {
             "median_time_ratio": statistics.median(ratios), "time_ratio_range": [min(ratios), max(ratios)],
-            "cheaper_with_search": [f"{r['size']} {r['model']}" for r in rows
-                                    if r[b_key]["cost"] < r[a_key]["cost"] - 1e-9],
+            "compared": [a_key, b_key],
+            "cheaper_than_first": [f"{r['size']} {r['model']}" for r in rows
+                                   if r[b_key]["cost"] < r[a_key]["cost"] - 1e-9],
             "costlier_than_backtracking": {k: [f"{r['size']} {r['model']}" for r in rows
                                                if r[k]["cost"] > r["backtrack_cost"] * (1 + 1e-9)] for k in settings},
         },
