@@ -335,3 +335,25 @@ def test_two_builders_measure_the_same_kernels_as_one(tmp_path):
         assert math.isfinite(total) and cost.measured == len(records) > 2 and cost.failed == 0
     assert found[1] == found[2]  # the same kernels, built in two processes at once, timed one at a time
     assert cost.describe()["builders"] == 2 and cost.describe()["build_seconds"] > 0
+
+
+def test_cost_measure_command_with_two_builders_fills_the_database_once(tmp_path, capsys):
+    """``tvm-taso cost measure --builders 2``: every kernel measured, the build phase timed; a
+    second run measures nothing; ``--builders 0`` is one line."""
+    import onnx
+    from test_cli import inception_onnx
+
+    from tvm_taso.cli.main import main
+
+    model, db = tmp_path / "m.onnx", tmp_path / "db"
+    onnx.save(inception_onnx(), model)
+    args = ["cost", "measure", str(model), "--db", str(db), "--repeats", "2", "--json"]
+    assert main([*args, "--builders", "2"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["measured"] == first["kernels"] > 2 and first["failed"] == 0
+    assert first["builders"] == 2 and first["build_seconds"] > 0
+    assert main(args) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["known"] == first["kernels"] and second["measured"] == 0
+    assert main([*args, "--builders", "0"]) == 2
+    assert "--builders 0: give at least 1" in capsys.readouterr().err
