@@ -30,7 +30,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tvm_taso.io.onnx_model import OnnxModel, constant_value
-from tvm_taso.io.onnx_tensors import DETACHED_ELEMENTS, TensorStore, storable_dtype
+from tvm_taso.io.onnx_tensors import DETACHED_ELEMENTS, TensorStore, copy_fields, storable_dtype
 from tvm_taso.io.onnx_ops import FLOATS, READERS, emit, emit_conv
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import Graph, Ref
@@ -572,8 +572,8 @@ class _Writer:
     def _assemble(self, inputs: set[str]) -> onnx.ModelProto:
         src = self.proto
         out = onnx.ModelProto()
-        _copy_fields(out, src, skip=("graph",))
-        _copy_fields(out.graph, src.graph, skip=("node", "initializer", "value_info"))
+        copy_fields(out, src, skip=("graph",))
+        copy_fields(out.graph, src.graph, skip=("node", "initializer", "value_info"))
         nodes = _ordered(self.items, inputs | {i.name for i in self.new_inits})
         out.graph.node.extend(nodes)
         used = {n for node in nodes for n in list(node.input) + _implicit_inputs(node)}
@@ -588,20 +588,6 @@ class _Writer:
                 n.name.startswith("taso_") and not n.domain for n in nodes):
             out.opset_import.append(helper.make_opsetid("", onnx.defs.onnx_opset_version()))
         return out
-
-
-def _copy_fields(dst, src, skip: tuple[str, ...]) -> None:
-    """Copy every field set in the message ``src`` to ``dst`` but those in ``skip``."""
-    for field, value in src.ListFields():
-        if field.name in skip:
-            continue
-        target = getattr(dst, field.name)
-        if field.is_repeated:
-            target.extend(value)
-        elif field.message_type is not None:
-            target.CopyFrom(value)
-        else:
-            setattr(dst, field.name, value)
 
 
 def _ordered(items: list[tuple[float, onnx.NodeProto]], available: set[str]) -> list[onnx.NodeProto]:

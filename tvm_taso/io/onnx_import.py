@@ -52,10 +52,7 @@ def read_detached(path, data_files: list | None = None) -> tuple[onnx.ModelProto
             proto, held = onnx_tensors.parse_detached(f, path)
         except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
             raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
-    if not proto.graph.node and not proto.graph.output:
-        raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
-    if data_files is not None:
-        data_files.extend(sorted({path.parent / location for location in _external_locations(proto.graph)}))
+    _read_checked(proto, path, data_files)
     for location in _external_locations(proto.graph):
         data = path.parent / location
         if not data.is_file():
@@ -78,11 +75,17 @@ def _parse(path: Path, data_files: list | None) -> onnx.ModelProto:
     except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
         raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
     del data
+    _read_checked(proto, path, data_files)
+    return proto
+
+
+def _read_checked(proto: onnx.ModelProto, path: Path, data_files: list | None) -> None:
+    """A model just parsed from ``path``: one with no graph is refused; the external data files
+    it names go to ``data_files`` when given."""
     if data_files is not None:
         data_files.extend(sorted({path.parent / location for location in _external_locations(proto.graph)}))
     if not proto.graph.node and not proto.graph.output:
         raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
-    return proto
 
 
 def _opset_checked(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:

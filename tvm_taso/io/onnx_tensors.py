@@ -130,12 +130,8 @@ def detach(proto: onnx.ModelProto, base_dir: Path | None,
     loaded into it."""
     store = store if store is not None else TensorStore()
     out = onnx.ModelProto()
-    for field, value in proto.ListFields():
-        if field.name != "graph":
-            _set_field(out, field, value)
-    for field, value in proto.graph.ListFields():
-        if field.name != "initializer":
-            _set_field(out.graph, field, value)
+    copy_fields(out, proto, skip=("graph",))
+    copy_fields(out.graph, proto.graph, skip=("initializer",))
     for init in proto.graph.initializer:
         out.graph.initializer.append(_detached(init, store, base_dir))
     for tensor in external_data_helper._get_all_tensors(out):
@@ -154,8 +150,9 @@ def parse_detached(f, path: Path) -> tuple[onnx.ModelProto, TensorStore]:
     size = os.fstat(f.fileno()).st_size
     if size == 0:
         return onnx.ModelProto(), TensorStore()
+    store = TensorStore()
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        out, held, pos = bytearray(), [], 0
+        out, held, pos = bytearray(), {}, 0
         while pos < size:
             key, start = _read_varint(mm, pos)
             end = _skip(mm, start, key & 7)
@@ -166,32 +163,24 @@ def parse_detached(f, path: Path) -> tuple[onnx.ModelProto, TensorStore]:
             else:
                 out += mm[pos:end]
             pos = end
-    proto = onnx.ModelProto.FromString(bytes(out))
-    ranges = dict(held)
-    store = TensorStore()
-    for k, init in enumerate(proto.graph.initializer):
-        if k not in ranges:
-            continue
-        offset, length = ranges[k]
-        dtype, shape = storable_dtype(init.data_type), tuple(int(d) for d in init.dims)
-        elements = int(np.prod(shape, dtype=np.int64))
-        if dtype is not None and elements > DETACHED_ELEMENTS and elements * dtype.itemsize == length:
-            t = store.tensor(init.name, _FileRange(path, offset, length, dtype, shape), init.data_type)
-            init.data_location = t.data_location
-            init.external_data.extend(t.external_data)
-        else:  # small (shape inference reads it), or its bytes are not simply its values
-            with open(path, "rb") as again:
-                again.seek(offset)
-                init.raw_data = again.read(length)
+        proto = onnx.ModelProto.FromString(bytes(out))
+        for k, (offset, length) in held.items():
+            init = proto.graph.initializer[k]
+            dtype, shape = storable_dtype(init.data_type), tuple(int(d) for d in init.dims)
+            elements = int(np.prod(shape, dtype=np.int64))
+            if dtype is not None and elements > DETACHED_ELEMENTS and elements * dtype.itemsize == length:
+                t = store.tensor(init.name, _FileRange(path, offset, length, dtype, shape), init.data_type)
+                init.data_location = t.data_location
+                init.external_data.extend(t.external_data)
+            else:  # small (shape inference reads it), or its bytes are not simply its values
+                init.raw_data = mm[offset:offset + length]
     return proto, store
 
 
-_LARGE_RAW = DETACHED_ELEMENTS  # bytes of raw data from which a tensor's are left in the file
-
-
-def _strip_graph(mm, pos: int, end: int, held: list) -> bytes:
-    """The GraphProto bytes ``mm[pos:end]`` without the raw data of large initializers; their
-    (initializer index, (offset, length)) go to ``held``."""
+def _strip_graph(mm, pos: int, end: int, held: dict) -> bytes:
+    """The GraphProto bytes ``mm[pos:end]`` without the raw data of initializers that may be held
+    apart (over :data:`DETACHED_ELEMENTS` bytes: a tensor of more elements has at least that
+    many); ``held`` gets {initializer index: (offset, length)} of each."""
     out, index = bytearray(), 0
     while pos < end:
         key, start = _read_varint(mm, pos)
@@ -207,14 +196,14 @@ def _strip_graph(mm, pos: int, end: int, held: list) -> bytes:
                 e = _skip(mm, s, k & 7)
                 if k == (9 << 3 | 2) and raw is None:  # TensorProto.raw_data
                     n, data = _read_varint(mm, s)
-                    if n >= _LARGE_RAW:
+                    if n > DETACHED_ELEMENTS:
                         raw = (data, n)
                         p = e
                         continue
                 tensor += mm[p:e]
                 p = e
             if raw is not None:
-                held.append((index, raw))
+                held[index] = raw
             out += _key(5) + _varint(len(tensor)) + tensor
             index += 1
         else:
@@ -272,9 +261,7 @@ def _detached(init: TensorProto, store: TensorStore, base_dir: Path | None) -> T
         if length != int(np.prod(shape)) * dtype.itemsize:
             return _metadata(init, keep_data=True)
         value = _FileRange(path, info.offset or 0, length, dtype, shape)
-    elif init.HasField("raw_data"):
-        value = np.frombuffer(init.raw_data, dtype=dtype).reshape(shape)  # one copy: the bytes object
-    else:
+    else:  # values in the typed fields (raw data this large stayed in the file: parse_detached)
         value = numpy_helper.to_array(init)
     t = store.tensor(init.name, value, init.data_type)
     meta = _metadata(init, keep_data=False)
@@ -283,23 +270,29 @@ def _detached(init: TensorProto, store: TensorStore, base_dir: Path | None) -> T
     return meta
 
 
+_DESCRIPTION = ("name", "dims", "data_type", "doc_string", "metadata_props")  # a tensor's fields but its data
+
+
 def _metadata(init: TensorProto, keep_data: bool) -> TensorProto:
     """A copy of ``init``; without ``keep_data``, only what describes it (name, type, dims, doc)."""
     t = TensorProto()
-    for field, value in init.ListFields():
-        if keep_data or field.name in ("name", "dims", "data_type", "doc_string", "metadata_props"):
-            _set_field(t, field, value)
+    copy_fields(t, init, only=None if keep_data else _DESCRIPTION)
     return t
 
 
-def _set_field(dst, field, value) -> None:
-    target = getattr(dst, field.name)
-    if field.is_repeated:
-        target.extend(value)
-    elif field.message_type is not None:
-        target.CopyFrom(value)
-    else:
-        setattr(dst, field.name, value)
+def copy_fields(dst, src, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> None:
+    """Copy every field set in the message ``src`` to ``dst`` but those in ``skip`` (of those in
+    ``only``, when given)."""
+    for field, value in src.ListFields():
+        if field.name in skip or (only is not None and field.name not in only):
+            continue
+        target = getattr(dst, field.name)
+        if field.is_repeated:
+            target.extend(value)
+        elif field.message_type is not None:
+            target.CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
 
 
 def attach(proto: onnx.ModelProto, store: TensorStore) -> onnx.ModelProto:
@@ -337,14 +330,9 @@ def stored_bytes(proto: onnx.ModelProto, store: TensorStore) -> int:
 def write_inline(proto: onnx.ModelProto, store: TensorStore, path) -> None:
     """Write the complete model to one file, each held tensor's bytes copied in place from the
     store (protobuf accepts a message's fields in any order: the initializers go last)."""
-    graph = onnx.GraphProto()
-    for field, value in proto.graph.ListFields():
-        if field.name != "initializer":
-            _set_field(graph, field, value)
-    head = onnx.ModelProto()
-    for field, value in proto.ListFields():
-        if field.name != "graph":
-            _set_field(head, field, value)
+    graph, head = onnx.GraphProto(), onnx.ModelProto()
+    copy_fields(graph, proto.graph, skip=("initializer",))
+    copy_fields(head, proto, skip=("graph",))
     entries = []
     for init in proto.graph.initializer:
         if store.holds(init):
