@@ -160,6 +160,50 @@ def test_qkv_matmuls_with_relu_are_merged_for_cuda(bias):
     assert _outputs_agree(mod, new)
 
 
+def branches(n: int, channels: int, size: int, seed=0):
+    """n 3x3 convs, each on an input of its own (all of one NCHW shape), each followed by relu."""
+    rng = np.random.default_rng(seed)
+    bb = relax.BlockBuilder()
+    xs = [relax.Var(f"x{i}", relax.TensorType((1, channels, size, size), "float32")) for i in range(n)]
+    with bb.function("main", xs):
+        with bb.dataflow():
+            outs = []
+            for x in xs:
+                w = (rng.standard_normal((channels, channels, 3, 3)) / (3 * channels**0.5)).astype("float32")
+                outs.append(bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=(1, 1))))))
+            out = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _calls(mod, name):
+    return [b.value for b in mod["main"].body.blocks[0].bindings
+            if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == name]
+
+
+@pytest.mark.parametrize("search", ["backtrack", "eqsat"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_parallel_conv_relu_branches_become_one_grouped_conv(n, search):
+    """Two or three convs on different inputs, each followed by relu, become one conv with n
+    groups and one relu where the analytic cuda cost says it pays (256 channels at 7x7), with
+    proved rules only; at 64 channels and 56x56 the cost says it does not, and nothing changes."""
+    if search == "eqsat":
+        pytest.importorskip("egglog")
+    mod = branches(n, 256, 7)
+    new, report = tvm_taso.optimize(mod, target="cuda", search=search)
+    convs = _calls(new, "relax.nn.conv2d")
+    assert [int(c.attrs.groups) for c in convs] == [n], report["applied"]
+    assert len(_calls(new, "relax.nn.relu")) == 1
+    assert report["cost_after"] < 0.8 * report["cost_before"]
+    assert all(RULES[name].proof == "proved" for name in report["applied"]), report["applied"]
+    assert _outputs_agree(mod, new)
+
+    small = branches(n, 64, 56)
+    unchanged, report = tvm_taso.optimize(small, target="cuda", search=search)
+    assert not report["applied"] and report["cost_after"] == report["cost_before"]
+    assert len(_calls(unchanged, "relax.nn.conv2d")) == n
+
+
 # -- rules whose outputs share no input ---------------------------------------------------------
 
 PARALLEL_RELUS = parse_rule(

@@ -439,15 +439,42 @@ def _same_shapes(A, x, y, a, b):
     return A.And(A.shp(x) == A.shp(y), A.shp(a) == A.shp(b))
 
 
-@axiom(**_TWO, g=Int(lambda s: s.size("u") * s.size("v")), j=Int(lambda s: 1))
-def concat_group_convs(A, s, p, d, x, y, a, b, g, j):
-    """[conv(x, a) conv(y, b)] on channels, each with g groups, is one conv with 2g groups of
-    [x y] and [a; b] when the two convs have one shape (the group count is written 2·g, as a
-    rule writes it: (* 2 ?g))."""
+@axiom(
+    s=_STRIDES, p=_PADDING, d=_DILATION, x="n u*c H W", y="n v*c H W", a="u*o c h w", b="v*o c h w",
+    g=Int(lambda s: s.size("u")), h=Int(lambda s: s.size("v")), j=Int(lambda s: 1),
+)
+def concat_group_convs(A, s, p, d, x, y, a, b, g, h, j):
+    """[conv(x, a) conv(y, b)] on channels, with g and h groups of one shape (c input and o
+    output channels each), is one conv with g + h groups of [x y] and [a; b]."""
     return Def(
-        A.concat(j, A.conv2d(s, p, d, g, x, a), A.conv2d(s, p, d, g, y, b)),
-        A.conv2d(s, p, d, 2 * g, A.concat(1, x, y), A.concat(0, a, b)),
-        A.And(j == 1, _same_shapes(A, x, y, a, b)),
+        A.concat(j, A.conv2d(s, p, d, g, x, a), A.conv2d(s, p, d, h, y, b)),
+        A.conv2d(s, p, d, g + h, A.concat(1, x, y), A.concat(0, a, b)),
+        A.And(
+            j == 1, A.dim(0, x) == A.dim(0, y), A.dim(2, x) == A.dim(2, y), A.dim(3, x) == A.dim(3, y),
+            A.dim(1, a) == A.dim(1, b), A.dim(2, a) == A.dim(2, b), A.dim(3, a) == A.dim(3, b),
+            A.dim(0, a) * h == A.dim(0, b) * g,
+        ),
+    )
+
+
+@axiom(
+    s=_STRIDES, p=_PADDING, d=_DILATION, x="n u*c H W", y="n v*c H W", a="u*o c h w", b="v*o c h w",
+    g=Int(lambda s: s.size("u")), h=Int(lambda s: s.size("v")), m=Int(lambda s: s.size("u") + s.size("v")),
+)
+def split_group_conv(A, s, p, d, x, y, a, b, g, h, m):
+    """A conv with m = g + h groups over [x y] and [a; b] is [conv(x, a) conv(y, b)] with g and
+    h groups, when the two halves' groups have one shape. The group counts are not in the left
+    side, so the trigger is the merged conv together with the two convs it equals (present
+    when a rule merges or splits them)."""
+    merged = A.conv2d(s, p, d, m, A.concat(1, x, y), A.concat(0, a, b))
+    left, right = A.conv2d(s, p, d, g, x, a), A.conv2d(s, p, d, h, y, b)
+    return Def(
+        merged, A.concat(1, left, right),
+        A.And(
+            m == g + h, g >= 1, h >= 1, A.dim(1, x) == g * A.dim(1, a), A.dim(1, y) == h * A.dim(1, b),
+            A.dim(1, a) == A.dim(1, b), A.dim(0, a) * h == A.dim(0, b) * g,
+        ),
+        patterns=[[merged, left, right]],
     )
 
 

@@ -26,12 +26,14 @@ from tvm_taso.verify.algebra import Z3Algebra
 
 
 class Eq:
-    """``guard → lhs = rhs`` (⊥ on one side exactly when on the other)."""
+    """``guard → lhs = rhs`` (⊥ on one side exactly when on the other); ``patterns``: triggers
+    besides the left side, for an axiom whose guard names variables the left side cannot bind
+    (lists of terms, each a multi-pattern)."""
 
     kind = "eq"
 
-    def __init__(self, lhs, rhs, guard=True):
-        self.lhs, self.rhs, self.guard = lhs, rhs, guard
+    def __init__(self, lhs, rhs, guard=True, patterns=()):
+        self.lhs, self.rhs, self.guard, self.patterns = lhs, rhs, guard, tuple(patterns)
 
 
 class Def(Eq):
@@ -128,7 +130,7 @@ class Axiom:
         else:
             pre = st.guard if st.kind == "eq" else z3.And(st.guard, st.lhs != alg.bot)
             body = z3.Implies(pre, st.lhs == st.rhs)
-            pattern_sets = [[st.lhs]]
+            pattern_sets = [list(ps) for ps in st.patterns] or [[st.lhs]]
             if st.kind == "eq" and _valid_pattern(z3, [st.rhs], bound):
                 pattern_sets.append([st.rhs])
         patterns = []
