@@ -10,7 +10,8 @@ returns one of three forms:
   given);
 - ``Fact(then, defined, guard)``: ``guard ∧ every term in defined ≠ ⊥ → then``: shape facts.
 
-The left side is the E-matching trigger (write a second axiom for the other direction).
+The left side is the E-matching trigger (write a second axiom for the other direction), unless
+``patterns`` gives others (an axiom whose guard names what the left side cannot bind).
 """
 
 from __future__ import annotations
