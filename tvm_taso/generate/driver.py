@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from tvm_taso.generate.checks import float_confirm
 from tvm_taso.generate.enumerate_graphs import EnumConfig, Enumerator, Pair, leaf_graphs
-from tvm_taso.generate.output import Emitted, expressible, make_rules
+from tvm_taso.generate.output import Emitted, make_rules
 from tvm_taso.generate.prune import (
     is_implied,
     normalized_rule_text,
@@ -146,11 +146,6 @@ class _Runner:
 # =============================================================================================
 
 
-def stateable(a, b, domain) -> bool:
-    """Can a rule between the graphs ``a`` and ``b`` be written, in one direction or the other?"""
-    return expressible(a, b, domain) or expressible(b, a, domain)
-
-
 def generate(cfg: GenConfig | None = None, log=None) -> GenResult:
     """Run the whole generator. ``log(message)`` gets a line per step (default: standard
     error, when ``cfg.progress``)."""
@@ -169,7 +164,7 @@ def generate(cfg: GenConfig | None = None, log=None) -> GenResult:
             f"{time.monotonic() - t0:.1f} s" + (" -- stopped at the time limit" if truncated else ""))
 
         # -- 2. candidate pairs and TASO's structural pruning --------------------------------
-        pairs = structural_pairs(buckets, doms, stats, stateable)
+        pairs = structural_pairs(buckets, doms, stats)
         del buckets
         log(f"{stats['candidate pairs (equal fingerprints)']} candidate pairs -> {len(pairs)} after structural pruning")
 
@@ -177,8 +172,6 @@ def generate(cfg: GenConfig | None = None, log=None) -> GenResult:
         res = runner.map(_confirm_task, list(enumerate(pairs)), "float check", chunksize=8)
         pairs = [pairs[i] for i, ok in res if ok]
         stats["after float64 confirmation"] = len(pairs)
-        pairs = [p for p in pairs if stateable(p.a, p.b, doms[p.domain])]
-        stats["expressible in the rule language"] = len(pairs)
 
         # -- 4. rules, checked by the rule engine ---------------------------------------------
         cands, emit_truncated = _emit(runner, cfg, pairs, deadline, stats)

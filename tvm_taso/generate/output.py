@@ -218,6 +218,12 @@ def expressible(src: SmallGraph, dst: SmallGraph, domain: Domain) -> bool:
     return not ({"dwconv"} & (src.kinds() | dst.kinds()))
 
 
+def stateable(a: SmallGraph, b: SmallGraph, domain: Domain) -> bool:
+    """Whether a rule between the graphs ``a`` and ``b`` can be written, in one direction or the
+    other."""
+    return expressible(a, b, domain) or expressible(b, a, domain)
+
+
 def _direct_rank4(g: SmallGraph) -> set:
     out = set()
     for tname, refs in g.ops:

@@ -11,19 +11,20 @@ import numpy as np
 
 from tvm_taso.generate.checks import engine_instance
 from tvm_taso.generate.enumerate_graphs import Pair, SmallGraph, align
+from tvm_taso.generate.output import stateable
 from tvm_taso.generate.search_space import ROLE_PREFIX, TEMPLATES, Domain, base_name
 from tvm_taso.generate.shapes import pair_shapes
 from tvm_taso.ir.graph import COMMUTATIVE, LEAVES, Graph
 from tvm_taso.rewrite.match import apply, find_matches, index_by_op
 
 
-def structural_pairs(buckets: dict, domains: dict, stats: dict, stateable=None) -> list[Pair]:
+def structural_pairs(buckets: dict, domains: dict, stats: dict) -> list[Pair]:
     """TASO's pairing of the graphs grouped by fingerprint (``buckets``: ``(domain name, key) ->
     [(ops, outs, hashes, redundant)]``) and the structural pruning: identical graphs go; each
     other graph pairs with the first smaller one of its group that applies no op to the same
     inputs (common subgraph), that it does not follow from by a smaller pair (common
-    supergraph) and, given ``stateable(a, b, domain)``, with which a rule can be stated (a
-    partner the rule language cannot spell, such as a convolution by TASO's identity constant,
+    supergraph) and with which a rule can be stated (:func:`~tvm_taso.generate.output.stateable`:
+    a partner the rule language cannot spell, such as a convolution by TASO's identity constant,
     would lose the graph's only rule); then one pair per class of input renamings. Counts go
     into ``stats``."""
     cand = trivial = sub = sup = 0
@@ -44,7 +45,7 @@ def structural_pairs(buckets: dict, domains: dict, stats: dict, stateable=None) 
             for h in uniq[:j]:
                 if (g.redundant or h.redundant) and (h.size and g.size):
                     continue  # a redundant graph pairs only with inputs alone
-                if stateable is not None and not stateable(h, g, domains[g.domain]):
+                if not stateable(h, g, domains[g.domain]):
                     continue
                 perm = align(h, g)
                 if perm is None or common_subgraph(h, g):
