@@ -439,10 +439,14 @@ def _same_shapes(A, x, y, a, b):
     return A.And(A.shp(x) == A.shp(y), A.shp(a) == A.shp(b))
 
 
-@axiom(
+# two convs whose groups have one shape (c input and o output channels each): g and h of them
+_TWO_COUNTS = dict(
     s=_STRIDES, p=_PADDING, d=_DILATION, x="n u*c H W", y="n v*c H W", a="u*o c h w", b="v*o c h w",
-    g=Int(lambda s: s.size("u")), h=Int(lambda s: s.size("v")), j=Int(lambda s: 1),
+    g=Int(lambda s: s.size("u")), h=Int(lambda s: s.size("v")),
 )
+
+
+@axiom(**_TWO_COUNTS, j=Int(lambda s: 1))
 def concat_group_convs(A, s, p, d, x, y, a, b, g, h, j):
     """[conv(x, a) conv(y, b)] on channels, with g and h groups of one shape (c input and o
     output channels each), is one conv with g + h groups of [x y] and [a; b]."""
@@ -457,10 +461,7 @@ def concat_group_convs(A, s, p, d, x, y, a, b, g, h, j):
     )
 
 
-@axiom(
-    s=_STRIDES, p=_PADDING, d=_DILATION, x="n u*c H W", y="n v*c H W", a="u*o c h w", b="v*o c h w",
-    g=Int(lambda s: s.size("u")), h=Int(lambda s: s.size("v")), m=Int(lambda s: s.size("u") + s.size("v")),
-)
+@axiom(**_TWO_COUNTS, m=Int(lambda s: s.size("u") + s.size("v")))
 def split_group_conv(A, s, p, d, x, y, a, b, g, h, m):
     """A conv with m = g + h groups over [x y] and [a; b] is [conv(x, a) conv(y, b)] with g and
     h groups, when the two halves' groups have one shape. The group counts are not in the left

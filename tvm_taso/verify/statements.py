@@ -28,8 +28,8 @@ from tvm_taso.verify.algebra import Z3Algebra
 
 class Eq:
     """``guard → lhs = rhs`` (⊥ on one side exactly when on the other); ``patterns``: triggers
-    besides the left side, for an axiom whose guard names variables the left side cannot bind
-    (lists of terms, each a multi-pattern)."""
+    in place of the left side, for an axiom whose guard names variables the left side cannot
+    bind (lists of terms, each a multi-pattern)."""
 
     kind = "eq"
 
