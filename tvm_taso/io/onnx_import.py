@@ -52,8 +52,7 @@ def read_detached(path, data_files: list | None = None) -> tuple[onnx.ModelProto
             proto, held = onnx_tensors.parse_detached(f, path)
         except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
             raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
-    _read_checked(proto, path, data_files)
-    for location in _external_locations(proto.graph):
+    for location in _read_checked(proto, path, data_files):
         data = path.parent / location
         if not data.is_file():
             raise InputError(f"{path}: not a readable ONNX model (its external data file {data} is missing)")
@@ -79,13 +78,15 @@ def _parse(path: Path, data_files: list | None) -> onnx.ModelProto:
     return proto
 
 
-def _read_checked(proto: onnx.ModelProto, path: Path, data_files: list | None) -> None:
-    """A model just parsed from ``path``: one with no graph is refused; the external data files
-    it names go to ``data_files`` when given."""
+def _read_checked(proto: onnx.ModelProto, path: Path, data_files: list | None) -> set[str]:
+    """A model just parsed from ``path``: one with no graph is refused; the locations of the
+    external data files it names are returned, and the files go to ``data_files`` when given."""
+    locations = _external_locations(proto.graph)
     if data_files is not None:
-        data_files.extend(sorted({path.parent / location for location in _external_locations(proto.graph)}))
+        data_files.extend(sorted({path.parent / location for location in locations}))
     if not proto.graph.node and not proto.graph.output:
         raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
+    return locations
 
 
 def _opset_checked(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
