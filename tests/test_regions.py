@@ -13,7 +13,9 @@ from tvm_taso.io.onnx_bridge import OnnxGraph
 from tvm_taso.io.onnx_model import load_onnx
 from tvm_taso.ir.graph import LEAVES, Graph, weight_only
 from tvm_taso.ir.ops import TensorType
-from tvm_taso.search import SearchStats
+from tvm_taso.cost.analytic import AnalyticCost
+from tvm_taso.rewrite.rule import default_rules
+from tvm_taso.search import SearchOptions, SearchStats, search
 from tvm_taso.search.regions import _splice_checked, extract, regions, splice
 
 DATA = Path(__file__).parent / "data"
@@ -229,3 +231,61 @@ def test_a_region_reads_a_weight_expression_made_elsewhere_as_a_weight():
     assert weight_only(region.sub) == {nid for nid, n in region.sub.nodes.items() if n.op in ("const", "permute_dims")}
     back = splice(g, region, region.sub)
     assert set(back.nodes) == set(g.nodes) and back.outputs == g.outputs
+
+
+def _parallel_matmuls(count: int, rows: int, width: int, activation: str | None) -> Graph:
+    """``count`` matmuls of one input ``x`` by their own weights, then ``activation`` of each (so
+    that the matmuls come first in topological order)."""
+    rng = np.random.default_rng(1)
+    g = Graph()
+    x = (g.add_leaf("input", TensorType((rows, width), "float32"), None, key="x"), 0)
+    products = []
+    for k in range(count):
+        w = g.add_leaf("const", TensorType((width, width), "float32"),
+                       (rng.standard_normal((width, width)).astype("float32"), None), key=k)
+        products.append((g.add("matmul", [x, (w, 0)], {}), 0))
+    g.outputs = [(g.add(activation, [y], {}), 0) for y in products] if activation else products
+    return g
+
+
+def _same_outputs(g: Graph, new: Graph) -> None:
+    x = next(nid for nid, n in g.nodes.items() if n.op == "input")
+    feed = np.random.default_rng(2).standard_normal(g.nodes[x].types[0].shape).astype("float32")
+    want, got = g.evaluate({x: feed}), new.evaluate({x: feed})
+    for a, b in zip(g.outputs, new.outputs):
+        np.testing.assert_allclose(got[b], want[a], rtol=1e-4, atol=1e-3)
+
+
+def test_a_rewrite_cheaper_in_its_region_but_costlier_in_the_graph_is_left_out():
+    """Two matmuls of one input, each into a relu, cut into regions of two ops: merging the relus
+    in the second region is cheaper there, but each relu had fused into its matmul's kernel in
+    the first, so the graph would gain a kernel (8.37 -> 12.37 us before this check)."""
+    g = _parallel_matmuls(2, 1, 64, "relu")
+    cost, stats = AnalyticCost("cuda"), SearchStats()
+    new = search(g, default_rules(), cost, SearchOptions(region_size=2, workers=1), stats=stats)
+    assert stats.costlier_in_graph >= 1
+    assert cost.cost(new) <= cost.cost(g)
+    assert not stats.applied and not stats.rewrites
+    _same_outputs(g, new)
+
+
+def test_a_graph_is_swept_again_while_a_sweep_lowers_its_cost():
+    """Six matmuls of one input in regions of two ops: the first sweep merges pairs, the next
+    merges the merged ones, which its regions of the smaller graph now hold together."""
+    g = _parallel_matmuls(6, 16, 256, None)
+    cost, rules = AnalyticCost("cuda"), default_rules()
+    found = []
+    for sweeps in (1, 2, 3):
+        stats = SearchStats()
+        new = search(g, rules, cost, SearchOptions(region_size=2, sweeps=sweeps, workers=1), stats=stats)
+        assert stats.sweeps == sweeps
+        found.append((cost.cost(new), sum(n.op == "matmul" for n in new.nodes.values())))
+        _same_outputs(g, new)
+    (one, m1), (two, m2), (three, m3) = found
+    assert three < two < one < cost.cost(g)
+    assert m3 < m2 < m1 < 6
+    # a sweep that lowers nothing ends the search: all six in one region need one sweep and a check
+    stats = SearchStats()
+    search(g, rules, cost, SearchOptions(region_size=16, sweeps=5, workers=1), stats=stats)
+    assert stats.sweeps == 2
+

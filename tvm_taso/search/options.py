@@ -65,6 +65,9 @@ class SearchOptions:
       searches nothing);
     - ``region_size``: an integer >= 2 (ops per region);
     - ``patience``: an integer >= 1 (expansions without a better graph before a region stops);
+    - ``sweeps``: an integer >= 1, the most times both passes of regions run over the graph; a
+      sweep runs again only while the one before lowered the graph's cost by more than
+      ``min_gain`` (:func:`tvm_taso.search.regions.search_regions`);
     - ``min_gain``: a fraction in [0, 1) (the least relative gain a rewrite must bring; float
       rounding is not a gain);
     - ``kind``: one of :data:`SEARCHES`;
@@ -78,6 +81,7 @@ class SearchOptions:
     time_limit: float = 60.0
     region_size: int = 32
     patience: int = 64
+    sweeps: int = 2
     min_gain: float = 1e-6
     kind: str = "backtrack"
     eqsat: EqsatLimits = field(default_factory=EqsatLimits)
@@ -92,6 +96,7 @@ class SearchOptions:
             raise OptionError("time_limit", f"must be >= 0 seconds (inf for no limit), got {self.time_limit!r}")
         _int("region_size", self.region_size, 2)
         _int("patience", self.patience, 1)
+        _int("sweeps", self.sweeps, 1)
         g = _real("min_gain", self.min_gain)
         if not 0.0 <= g < 1.0:
             raise OptionError("min_gain", f"must be a fraction in [0, 1), got {self.min_gain!r}")
@@ -118,7 +123,7 @@ class SearchOptions:
     def settings(self) -> dict:
         """The options as the report lists them (JSON)."""
         return {"alpha": self.alpha, "budget": self.budget, "time_limit": self.time_limit,
-                "region_size": self.region_size, "min_gain": self.min_gain, "search": self.kind}
+                "region_size": self.region_size, "sweeps": self.sweeps, "min_gain": self.min_gain, "search": self.kind}
 
 
 def check_repeats(name: str, value) -> None:

@@ -5,11 +5,15 @@ in topological order, convex, cut alike in repeated layers; then a second pass o
 straddling each boundary, so that rewrites across one are found), searches each with a
 :class:`RegionSearch` (TASO's backtracking, :class:`tvm_taso.search.backtrack.Backtrack`, or
 equality saturation, :class:`tvm_taso.search.eqsat.EqsatRegion`), and splices each cheaper
-result back. A region shaped like one already searched (a repeated layer: same ops, attributes
-and types, other weights) takes that search's result instead of being searched again. With a
-:class:`~tvm_taso.search.pool.RegionPool`, each pass's regions are searched ahead in worker
-processes and settled in order, with the serial run's result; a region no worker has started
-when its turn comes is searched here.
+result back when the whole graph gets cheaper too (a rewrite can win in its region and lose a
+fusion across its boundary). The two passes are one sweep; the graph is swept again, up to
+``options.sweeps`` times, while a sweep lowers its cost: the rewritten graph is smaller, so its
+regions each cover more of the model and reach merges that two regions split (NasRNN's matmuls
+sharing an input, across cells). A region shaped like one already searched (a repeated layer:
+same ops, attributes and types, other weights) takes that search's result instead of being
+searched again. With a :class:`~tvm_taso.search.pool.RegionPool`, each pass's regions are
+searched ahead in worker processes and settled in order, with the serial run's result; a region
+no worker has started when its turn comes is searched here.
 """
 
 from __future__ import annotations
@@ -283,8 +287,9 @@ def splice(g: Graph, region: Region, best: Graph) -> Graph:
 
 
 def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats, path: tuple[str, ...],
-                    accept=None) -> Graph | None:
-    """:func:`splice` with the weights folded, or None with one warning naming the region and its
+                    accept=None) -> tuple[Graph, int] | None:
+    """:func:`splice` with the weights folded (the graph, and how many weight expressions were
+    folded), or None with one warning naming the region and its
     rules when the result is not a DAG, does not type-check (each output the region stood for
     keeps its type), folds a weight that does not fit its dtype, or is refused by
     ``accept(graph)`` (a writer that raises when it cannot write the graph back): the region is
@@ -312,8 +317,7 @@ def _splice_checked(g: Graph, region: Region, best: Graph, stats: SearchStats, p
                     stats.regions, ", ".join(rules), err)
         stats.dropped.append({"region": stats.regions, "rules": rules, "reason": str(err)})
         return None
-    stats.folded += folded
-    return new
+    return new, folded
 
 
 def _transplant(best: Graph, sub: Graph, leaves: list[int]) -> Graph:
@@ -346,53 +350,70 @@ def search_regions(g: Graph, region_search: RegionSearch, cost: CostModel, optio
     """``g`` optimized region by region (see the module docstring) with ``region_search``, until
     ``deadline``. A region's rewrite is kept when it is cheaper by more than ``options.min_gain``,
     the ``judge`` (:class:`tvm_taso.guard.RegionGuard` times both) keeps it (its verdicts go to
-    ``stats.decisions``), and it splices back (:func:`_splice_checked`; ``accept(graph)``, when
-    given, raises for a graph that cannot be written back). ``progress()`` is called after each
+    ``stats.decisions``), it splices back (:func:`_splice_checked`; ``accept(graph)``, when
+    given, raises for a graph that cannot be written back) and the graph's cost drops (else
+    ``stats.costlier_in_graph`` counts it), so the graph returned never costs more than ``g``. ``progress()`` is called after each
     region. ``pool`` (a :class:`~tvm_taso.search.pool.RegionPool`) searches each pass's regions
     ahead in its workers."""
     started = time.perf_counter()
     splicer = _Splicer(g, cost, options.min_gain, stats, judge, accept)
     solved: dict[str, tuple[Found, list[int]]] = {}
-    for straddle in (False, True):
-        windows = regions(splicer.graph, options.region_size, straddle)
-        ahead = _Ahead(pool, region_search, splicer.graph, windows, solved, deadline, 1 if straddle else 2) \
-            if pool is not None and len(windows) > 1 else None
-        for k, ids in enumerate(windows):
-            if ahead is not None:
-                ahead.hand_over(k)
-            now = time.perf_counter()
-            if now > deadline:
-                stats.regions_cut_short += len(windows) - k
-                stats.stopped[Stop.NOT_SEARCHED.value] += len(windows) - k
-                break
-            passes_left = 1 if straddle else 2
-            region_deadline = now + (deadline - now) / (len(windows) - k) / passes_left
-            live = [nid for nid in ids if nid in splicer.graph.nodes]
-            if not live:
-                continue
-            region = extract(splicer.graph, live)
-            sub = region.sub
-            stats.regions += 1
-            start_cost = cost.cost(sub)
-            key = sub.shape_hash()
-            leaves = _leaves(sub)
-            if key in solved and solved[key][1] == leaves:
-                earlier = solved[key][0]
-                found = Found(_transplant(earlier.graph, sub, leaves), earlier.cost, earlier.rules)
-                stats.reused += 1
-                stats.stop(Stop.REUSED)
-                stats.curve.append((time.perf_counter(), found.cost - start_cost))
-            else:
-                found = ahead.take(k, sub, leaves, stats) if ahead is not None else None
-                if found is None:
-                    with collector_paused():
-                        found = Found(*region_search(sub, region_deadline, stats))
-                solved[key] = (found, leaves)
-            splicer.settle(region, found, start_cost)
-            if progress is not None:
-                progress()
+    for _ in range(options.sweeps):
+        at_start = splicer.current
+        for straddle in (False, True):
+            _search_pass(splicer, region_search, options.region_size, straddle, solved, deadline, stats, progress,
+                         pool)
+        stats.sweeps += 1
+        # a sweep's rewrites shrink the graph, so the next cuts regions that each cover more of
+        # the model: merges and fusions that straddled two regions can land in one
+        if splicer.current >= at_start * (1.0 - options.min_gain) or time.perf_counter() > deadline:
+            break
     stats.seconds += time.perf_counter() - started
     return splicer.graph
+
+
+def _search_pass(splicer: _Splicer, region_search: RegionSearch, size: int, straddle: bool, solved: dict,
+                 deadline: float, stats: SearchStats, progress, pool) -> None:
+    """One pass over ``splicer``'s graph: its regions (``straddle``: the windows across their
+    boundaries) searched in order, each result settled before the next region is cut."""
+    cost = splicer.cost
+    windows = regions(splicer.graph, size, straddle)
+    ahead = _Ahead(pool, region_search, splicer.graph, windows, solved, deadline, 1 if straddle else 2) \
+        if pool is not None and len(windows) > 1 else None
+    for k, ids in enumerate(windows):
+        if ahead is not None:
+            ahead.hand_over(k)
+        now = time.perf_counter()
+        if now > deadline:
+            stats.regions_cut_short += len(windows) - k
+            stats.stopped[Stop.NOT_SEARCHED.value] += len(windows) - k
+            return
+        passes_left = 1 if straddle else 2
+        region_deadline = now + (deadline - now) / (len(windows) - k) / passes_left
+        live = [nid for nid in ids if nid in splicer.graph.nodes]
+        if not live:
+            continue
+        region = extract(splicer.graph, live)
+        sub = region.sub
+        stats.regions += 1
+        start_cost = cost.cost(sub)
+        key = sub.shape_hash()
+        leaves = _leaves(sub)
+        if key in solved and solved[key][1] == leaves:
+            earlier = solved[key][0]
+            found = Found(_transplant(earlier.graph, sub, leaves), earlier.cost, earlier.rules)
+            stats.reused += 1
+            stats.stop(Stop.REUSED)
+            stats.curve.append((time.perf_counter(), found.cost - start_cost))
+        else:
+            found = ahead.take(k, sub, leaves, stats) if ahead is not None else None
+            if found is None:
+                with collector_paused():
+                    found = Found(*region_search(sub, region_deadline, stats))
+            solved[key] = (found, leaves)
+        splicer.settle(region, found, start_cost)
+        if progress is not None:
+            progress()
 
 
 class _Ahead:
@@ -497,6 +518,9 @@ def _content(sub: Graph) -> tuple:
             tuple(id(sub.nodes[nid].payload) for nid in leaves if sub.nodes[nid].op == "const"))
 
 
+# a graph's cost computed twice after different splices can differ in the last bits
+FLOAT_NOISE = 1e-12
+
 MIN_AHEAD = 8  # distinct regions a pass must have for the pool to search them: fewer do not pay for its start
 
 
@@ -508,26 +532,47 @@ class _Splicer:
         self.graph, self.cost, self.min_gain, self.stats = g, cost, min_gain, stats
         self.judge, self.accept = judge, accept
         self.current = cost.cost(g)
+        # rewrites the judge dropped or that could not be spliced, by region content and rewrite:
+        # a later sweep meeting the region unchanged does not judge or warn again
+        self.left_out: set = set()
 
     def settle(self, region: Region, found: Found, start_cost: float) -> None:
         best, best_cost, path = found
         stats = self.stats
         rewritten = bool(path) and best_cost < start_cost * (1.0 - self.min_gain)  # float rounding is no gain
-        if rewritten and self.judge is not None:
+        if not rewritten:
+            return
+        seen = (_content(region.sub), best.structural_hash())
+        if seen in self.left_out:
+            stats.curve.append((time.perf_counter(), start_cost - best_cost))
+            return
+        if self.judge is not None:
             verdict = self.judge(region.sub, best)
             stats.decisions.append({"region": stats.regions, "rules": list(path), "cost_before": start_cost,
                                     "cost_after": best_cost, **verdict})
-            rewritten = verdict["kept"]
-            if not rewritten:  # the region's gain is on the curve already: take it back
+            if not verdict["kept"]:  # the region's gain is on the curve already: take it back
+                self.left_out.add(seen)
                 stats.curve.append((time.perf_counter(), start_cost - best_cost))
-        spliced = _splice_checked(self.graph, region, best, stats, path, self.accept) if rewritten else None
+                return
+        spliced = _splice_checked(self.graph, region, best, stats, path, self.accept)
         if spliced is None:
+            self.left_out.add(seen)
+            return
+        graph, folded = spliced
+        new_cost = self.cost.cost(graph)
+        if new_cost >= self.current * (1.0 - FLOAT_NOISE):
+            # cheaper in its region, not in the graph: it breaks a fusion across the boundary
+            # (a kernel the region ended in that the next op joined), so it is no gain
+            stats.costlier_in_graph += 1
+            stats.curve.append((time.perf_counter(), start_cost - best_cost))
+            log.debug("region %d: rewrite by %s left out: %.4f in its region, %.4f -> %.4f in the graph",
+                      stats.regions, ", ".join(dict.fromkeys(path)), best_cost - start_cost, self.current, new_cost)
             return
         stats.rewrites.append({"region": stats.regions, "rules": list(path), "cost_before": start_cost,
                                "cost_after": best_cost, "before": region.sub.describe(), "after": best.describe()})
-        self.graph = spliced
+        self.graph = graph
+        stats.folded += folded
         stats.applied.update(path)
-        new_cost = self.cost.cost(spliced)
         # the region's own gain is on the curve already; add what fusion across its boundary
         # changed, so the curve ends at the graph's cost
         stats.curve.append((time.perf_counter(), (new_cost - self.current) - (best_cost - start_cost)))
