@@ -35,7 +35,7 @@ class SearchStats:
     candidates: int = 0
     regions: int = 0
     regions_cut_short: int = 0
-    sweeps: int = 0  # times both passes ran over the graph (SearchOptions.sweeps)
+    sweeps: int = field(default=0, metadata={"merge": "max"})  # times both passes ran over a block (the most)
     costlier_in_graph: int = 0  # region rewrites left out: cheaper in the region, costlier in the graph
     reused: int = 0  # regions that took the result of an identical region
     folded: int = field(default=0, metadata=_kept())  # weight expressions folded to constants between regions
