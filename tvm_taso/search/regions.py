@@ -361,8 +361,8 @@ def search_regions(g: Graph, region_search: RegionSearch, cost: CostModel, optio
     for _ in range(options.sweeps):
         at_start = splicer.current
         for straddle in (False, True):
-            _search_pass(splicer, region_search, options.region_size, straddle, solved, deadline, stats, progress,
-                         pool)
+            _search_pass(splicer, region_search, straddle, size=options.region_size, solved=solved,
+                         deadline=deadline, stats=stats, progress=progress, pool=pool)
         stats.sweeps += 1
         # a sweep's rewrites shrink the graph, so the next cuts regions that each cover more of
         # the model: merges and fusions that straddled two regions can land in one
@@ -372,7 +372,7 @@ def search_regions(g: Graph, region_search: RegionSearch, cost: CostModel, optio
     return splicer.graph
 
 
-def _search_pass(splicer: _Splicer, region_search: RegionSearch, size: int, straddle: bool, solved: dict,
+def _search_pass(splicer: _Splicer, region_search: RegionSearch, straddle: bool, *, size: int, solved: dict,
                  deadline: float, stats: SearchStats, progress, pool) -> None:
     """One pass over ``splicer``'s graph: its regions (``straddle``: the windows across their
     boundaries) searched in order, each result settled before the next region is cut."""
