@@ -133,7 +133,7 @@ def optimize(
         times kernels on this machine (``measure``, ``ort``) regions are searched in one process.
     options : a :class:`~tvm_taso.search.options.SearchOptions` instead of ``alpha``, ``budget``,
         ``time_limit``, ``region_size``, ``min_gain``, ``search`` and ``workers`` (and with more:
-        the backtracking's ``patience``, eqsat's limits).
+        the backtracking's ``patience``, eqsat's limits, how many ``sweeps`` over the graph).
 
     Raises ValueError (one line) for an option out of range and
     :class:`~tvm_taso.target.TargetError` for a target TVM does not know.
