@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tvm_taso.cost.analytic import AnalyticCost
 from tvm_taso.io.onnx_bridge import OnnxGraph
 from tvm_taso.io.onnx_model import load_onnx
 from tvm_taso.ir.graph import LEAVES, Graph, weight_only
 from tvm_taso.ir.ops import TensorType
-from tvm_taso.cost.analytic import AnalyticCost
 from tvm_taso.rewrite.rule import default_rules
 from tvm_taso.search import SearchOptions, SearchStats, search
 from tvm_taso.search.regions import _splice_checked, extract, regions, splice
@@ -293,4 +293,3 @@ def test_a_graph_is_swept_again_while_a_sweep_lowers_its_cost():
     total.absorb(stats, kept=True)
     total.absorb(SearchStats(sweeps=1), kept=True)
     assert total.sweeps == 2
-

@@ -352,9 +352,9 @@ def search_regions(g: Graph, region_search: RegionSearch, cost: CostModel, optio
     the ``judge`` (:class:`tvm_taso.guard.RegionGuard` times both) keeps it (its verdicts go to
     ``stats.decisions``), it splices back (:func:`_splice_checked`; ``accept(graph)``, when
     given, raises for a graph that cannot be written back) and the graph's cost drops (else
-    ``stats.costlier_in_graph`` counts it), so the graph returned never costs more than ``g``. ``progress()`` is called after each
-    region. ``pool`` (a :class:`~tvm_taso.search.pool.RegionPool`) searches each pass's regions
-    ahead in its workers."""
+    ``stats.costlier_in_graph`` counts it), so the graph returned never costs more than ``g``.
+    ``progress()`` is called after each region. ``pool`` (a
+    :class:`~tvm_taso.search.pool.RegionPool`) searches each pass's regions ahead in its workers."""
     started = time.perf_counter()
     splicer = _Splicer(g, cost, options.min_gain, stats, judge, accept)
     solved: dict[str, tuple[Found, list[int]]] = {}
