@@ -63,6 +63,39 @@ def open_regular_file(path: Path, limit: int, what: str, too_large: str = ""):
     return f
 
 
+def contained_data_file(base_dir: Path, location: str, what: str) -> Path:
+    """The file ``location`` (a path relative to the folder ``base_dir``, as an ONNX tensor's
+    external data names it) after refusing (:class:`InputFileError`, one line starting with
+    ``what``) anything that would read bytes from outside that folder: an absolute path or one
+    through ``..``, a symbolic link anywhere on the way (the file's or a folder's), a real path
+    that leaves the folder, or a file with several hard links, as onnx refuses them. It must
+    be a regular file (a FIFO would block the read)."""
+    relative = Path(location)
+    if not location or relative.is_absolute() or ".." in relative.parts:
+        raise InputFileError(f"{what}: external data {location!r} is outside the model's folder")
+    path = Path(base_dir)
+    for part in relative.parts:
+        path = path / part
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise InputFileError(f"{what}: its external data file {path} is missing") from None
+        except OSError as err:
+            raise InputFileError(f"{what}: cannot read its external data file {path}: {err.strerror or err}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise InputFileError(f"{what}: external data {location!r} goes through a symbolic link ({path}); "
+                                 "copy the data into the model's folder")
+    root = os.path.realpath(base_dir)
+    if os.path.commonpath([root, os.path.realpath(path)]) != root:
+        raise InputFileError(f"{what}: external data {location!r} is outside the model's folder")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputFileError(f"{what}: its external data {path} is not a regular file")
+    if st.st_nlink > 1:
+        raise InputFileError(f"{what}: its external data file {path} has {st.st_nlink} hard links (a file "
+                             "linked from elsewhere); copy it into the model's folder")
+    return path
+
+
 def _size(n: int) -> str:
     """``n`` bytes as people write it: 2 GiB, 16 MiB, else bytes."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):

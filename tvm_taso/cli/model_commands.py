@@ -44,6 +44,9 @@ def add_model_commands(sub) -> None:
         sp.add_argument("--shape", action="append", metavar="NAME=1x3x224x224",
                         help="sizes for an input with dynamic dimensions (repeatable); optimize prices at them "
                         "(default 1 for the first axis, 128 elsewhere) and keeps the model dynamic")
+        sp.add_argument("--trust-pickle", action="store_true",
+                        help="load a .pt2 whose entries need unpickling (tensor subclasses, custom objects): "
+                        "unpickling runs code from the file, so only for files from an author you trust")
 
     opt = sub.add_parser("optimize", help="optimize an ONNX model (or a torch.export program) and write it",
                          description="Rewrite IN.onnx's graph with TASO substitutions chosen by cost for --target "
@@ -351,7 +354,7 @@ class _ProgramSource:
             raise InputError("--shape: a torch.export program has the sizes it was exported with")
         if getattr(args, "simplify", False):
             raise InputError("--simplify: for ONNX models only")
-        self.program = load_program(args.input)
+        self.program = load_program(args.input, trust_pickle=args.trust_pickle)
         _step(f"reading {args.input}")
         self.model = import_program(self.program, Path(args.input).name)
 

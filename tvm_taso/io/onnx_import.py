@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 
 from tvm_taso.errors import InputError, first_line
-from tvm_taso.files import open_regular_file, read_regular_file
+from tvm_taso.files import contained_data_file, open_regular_file, read_regular_file
 from tvm_taso.io import onnx_tensors
 
 
@@ -52,10 +52,7 @@ def read_detached(path, data_files: list | None = None) -> tuple[onnx.ModelProto
             proto, held = onnx_tensors.parse_detached(f, path)
         except Exception as err:  # noqa: BLE001 - protobuf raises several types for bad bytes
             raise InputError(f"{path}: not a readable ONNX model (corrupt or truncated file: {err})") from None
-    for location in _read_checked(proto, path, data_files):
-        data = path.parent / location
-        if not data.is_file():
-            raise InputError(f"{path}: not a readable ONNX model (its external data file {data} is missing)")
+    _read_checked(proto, path, data_files)
     try:
         structure, store = onnx_tensors.detach(proto, path.parent, held)
     except (OSError, ValueError) as err:  # a short data file, read for a small tensor
@@ -78,15 +75,16 @@ def _parse(path: Path, data_files: list | None) -> onnx.ModelProto:
     return proto
 
 
-def _read_checked(proto: onnx.ModelProto, path: Path, data_files: list | None) -> set[str]:
-    """A model just parsed from ``path``: one with no graph is refused; the locations of the
-    external data files it names are returned, and the files go to ``data_files`` when given."""
-    locations = _external_locations(proto.graph)
-    if data_files is not None:
-        data_files.extend(sorted({path.parent / location for location in locations}))
+def _read_checked(proto: onnx.ModelProto, path: Path, data_files: list | None) -> None:
+    """A model just parsed from ``path``: one with no graph is refused, and so is one whose
+    external data would be read from outside its folder (:func:`contained_data_file`); the
+    data files go to ``data_files`` when given."""
     if not proto.graph.node and not proto.graph.output:
         raise InputError(f"{path}: not a readable ONNX model (no graph in the file)")
-    return locations
+    files = sorted({contained_data_file(path.parent, location, str(path))
+                    for location in _external_locations(proto.graph)})
+    if data_files is not None:
+        data_files.extend(files)
 
 
 def _opset_checked(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:

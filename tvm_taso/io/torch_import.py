@@ -4,6 +4,8 @@ PyTorch frontend (``tvm.relax.frontend.torch.from_exported_program``), ready for
 
 from __future__ import annotations
 
+import re
+
 from tvm_taso.errors import InputError, first_line
 from tvm_taso.files import read_regular_file
 
@@ -49,18 +51,75 @@ def import_program(program, name: str, keep_params_as_input: bool = False):
         raise InputError(f"TVM's PyTorch frontend could not import {name}: {first_line(err)}") from None
 
 
-def load_program(path):
+def load_program(path, trust_pickle: bool = False):
     """The ``torch.export`` program saved at ``path`` (``torch.export.save``, a ``.pt2`` file);
-    one :class:`InputError` line when it is not one."""
+    one :class:`InputError` line when it is not one.
+
+    ``torch.export.load`` unpickles with ``weights_only=False`` whatever the archive marks as
+    pickled (tensor subclasses, custom and opaque objects, sample inputs the restricted
+    unpickler refuses) and loads AOTInductor libraries: a crafted file runs its code on
+    loading. Unless ``trust_pickle``, an archive holding anything but tensors stored raw, JSON
+    and sample inputs that load with ``weights_only=True`` is refused before torch reads it."""
     import io
     from pathlib import Path
 
     torch = require_torch()
     data = read_regular_file(Path(path), PROGRAM_BYTES, "a saved torch.export program (.pt2)")
+    if not trust_pickle:
+        unsafe = _code_running_entry(data, torch)
+        if unsafe:
+            raise InputError(f"{path}: refused: loading it would run code from the file ({unsafe}); "
+                             "if you trust its author, pass --trust-pickle (trust_pickle=True)")
     try:
         return torch.export.load(io.BytesIO(data))
     except Exception as err:  # noqa: BLE001 - torch.export.load raises many types
         raise InputError(f"{path}: not a saved torch.export program ({first_line(err)})") from None
+
+
+# What torch.export.save writes that loading never unpickles (paths below the archive's root
+# folder): the format markers, the programs as JSON, their payload configs, raw tensor bytes,
+# sample inputs (checked apart) and extra files (read as text).
+_DATA_ENTRIES = re.compile(r"archive_format|archive_version|byteorder|\.data/version|\.data/serialization_id"
+                           r"|models/[^/]+\.json|data/(weights|constants)/[^/]+_(weights|constants)_config\.json"
+                           r"|data/weights/weight_\d+|data/constants/tensor_\d+|data/sample_inputs/[^/]+\.pt|extra/.+")
+
+
+def _code_running_entry(data: bytes, torch) -> str | None:
+    """What in the ``.pt2`` archive ``data`` would make ``torch.export.load`` run code from it,
+    in words, or None when nothing would."""
+    import io
+    import json
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        names = archive.namelist()
+    except (zipfile.BadZipFile, ValueError):
+        return None  # torch cannot read it either, and says so
+    roots = {name.split("/", 1)[0] for name in names}
+    if len(roots) != 1 or any("/" not in name for name in names):
+        return "entries outside one archive folder (an older format loaded with pickle)"
+    entries = {name.split("/", 1)[1]: name for name in names if not name.endswith("/")}
+    if entries.get("archive_format") is None or archive.read(entries["archive_format"]) != b"pt2":
+        return "no pt2 archive_format marker (an older format loaded with pickle)"
+    for entry, name in sorted(entries.items()):
+        if not _DATA_ENTRIES.fullmatch(entry):
+            return f"entry {entry}: not tensor data or JSON"
+        if entry.endswith("_config.json"):
+            try:
+                config = json.loads(archive.read(name))["config"]
+                pickled = [fqn for fqn, meta in config.items()
+                           if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(("weight_", "tensor_"))]
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return f"entry {entry}: not a payload config"
+            if pickled:
+                return f"{pickled[0]} is stored pickled"
+        elif entry.startswith("data/sample_inputs/"):
+            try:
+                torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+            except Exception as err:  # noqa: BLE001 - the restricted unpickler raises many types
+                return f"its sample inputs need a full unpickler: {first_line(err)}"
+    return None
 
 
 def is_program_path(path) -> bool:

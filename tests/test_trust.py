@@ -1,0 +1,213 @@
+"""Hostile inputs (issue 41): a ``.pt2`` whose loading would run code from it is refused before
+torch reads it (unless the user trusts it), and an ONNX model's external data never comes from
+outside its folder (a symlinked file or folder, a hard link): one line, exit 2, nothing
+written, nothing of the outside file in any output."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_taso
+from tvm_taso.cli.main import main
+
+
+def _errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("tvm-taso: error:")]
+
+
+# --- external data ------------------------------------------------------------------------------
+
+SECRET = 7.0  # the value every byte of the outside file decodes to
+
+
+def _model_with_external_data(folder):
+    """``folder/model.onnx`` whose weight ``w`` (64x64) is stored in ``folder/w.data``."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "model.onnx",
+                    save_as_external_data=True, location="w.data", size_threshold=0)
+    return folder / "model.onnx"
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """A file outside the model's folder, of the data file's size."""
+    path = tmp_path / "outside" / "secret.bin"
+    path.parent.mkdir()
+    np.full((64, 64), SECRET, np.float32).tofile(path)
+    return path
+
+
+def _symlinked_file(tmp_path, outside):
+    model = _model_with_external_data(tmp_path / "m")
+    os.remove(model.parent / "w.data")
+    os.symlink(outside, model.parent / "w.data")
+    return model
+
+
+def _symlinked_folder(tmp_path, outside):
+    model = _model_with_external_data(tmp_path / "m")
+    proto = onnx.load(model, load_external_data=False)
+    proto.graph.initializer[0].external_data[0].value = "weights/secret.bin"
+    onnx.save_model(proto, model)
+    os.symlink(outside.parent, model.parent / "weights")
+    return model
+
+
+def _hard_link(tmp_path, outside):
+    model = _model_with_external_data(tmp_path / "m")
+    os.remove(model.parent / "w.data")
+    os.link(outside, model.parent / "w.data")
+    return model
+
+
+@pytest.mark.parametrize("make, reason", [(_symlinked_file, "symbolic link"), (_symlinked_folder, "symbolic link"),
+                                          (_hard_link, "hard links")])
+def test_external_data_from_outside_the_models_folder_is_refused(tmp_path, outside, capsys, make, reason):
+    model = make(tmp_path, outside)
+    for simplify in (False, True):  # both readers: mapped (default) and loaded (onnx-simplifier's)
+        with pytest.raises(tvm_taso.InputError, match=reason):
+            tvm_taso.load_onnx(model, simplify=simplify)
+    out = tmp_path / "out.onnx"
+    for argv in (["optimize", str(model), "-o", str(out), "--target", "cuda"],
+                 ["optimize", str(model), "-o", str(out), "--target", "cuda", "--simplify"]):
+        status = main(argv)
+        err = capsys.readouterr().err
+        assert status == 2 and len(_errors(err)) == 1 and reason in err, err
+        assert "Traceback" not in err and "ValidationError" not in err
+    assert not out.exists() and not any(p.name.startswith("out.onnx") for p in tmp_path.iterdir())
+
+
+def test_external_data_inside_the_models_folder_is_read(tmp_path):
+    """The same model with its data file in place (and in a subfolder) loads and optimizes."""
+    model = _model_with_external_data(tmp_path / "m")
+    (model.parent / "sub").mkdir()
+    os.replace(model.parent / "w.data", model.parent / "sub" / "w.data")
+    proto = onnx.load(model, load_external_data=False)
+    proto.graph.initializer[0].external_data[0].value = "sub/w.data"
+    onnx.save_model(proto, model)
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(model), "-o", str(out), "--target", "cuda"]) == 0
+    written = onnx.load(out)
+    assert not np.any(numpy_helper.to_array(written.graph.initializer[0]) == SECRET)
+
+
+# --- .pt2 archives --------------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+class _CreatesFile:
+    """Unpickled, creates the file at ``path`` (what a crafted pickle could do instead)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _program(tmp_path):
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    path = tmp_path / "linear.pt2"
+    torch.export.save(torch.export.export(Linear().eval(), (torch.randn(2, 8),)), path)
+    return path
+
+
+def _rewritten(path, replace):
+    """The archive at ``path`` with ``replace(entry name, bytes) -> bytes`` applied to each entry."""
+    with zipfile.ZipFile(path) as archive:
+        entries = [(info, archive.read(info)) for info in archive.infolist()]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for info, data in entries:
+            archive.writestr(info, replace(info.filename, data))
+    path.write_bytes(buffer.getvalue())
+
+
+def _evil_sample_inputs(path, marker):
+    """Sample inputs the restricted unpickler refuses: torch.export.load falls back to a full
+    unpickler, which runs the payload."""
+    payload = io.BytesIO()
+    torch.save(_CreatesFile(marker), payload)
+    _rewritten(path, lambda name, data: payload.getvalue() if name.endswith("sample_inputs/model.pt") else data)
+
+
+def _evil_weight(path, marker):
+    """A weight marked ``use_pickle`` (as tensor subclasses are saved): loaded with
+    ``weights_only=False``."""
+    payload = io.BytesIO()
+    torch.save(_CreatesFile(marker), payload)
+
+    def replace(name, data):
+        if name.endswith("model_weights_config.json"):
+            config = json.loads(data)
+            config["config"]["fc.weight"]["use_pickle"] = True
+            return json.dumps(config).encode()
+        return payload.getvalue() if name.endswith("data/weights/weight_0") else data
+
+    _rewritten(path, replace)
+
+
+def _aoti_library(path, marker):
+    """An AOTInductor entry: torch.export.load would load it as a shared library."""
+    with zipfile.ZipFile(path, "a") as archive:
+        root = archive.namelist()[0].split("/", 1)[0]
+        archive.writestr(f"{root}/data/aotinductor/model/model.so", b"\x7fELF")
+
+
+@pytest.mark.parametrize("craft", [_evil_sample_inputs, _evil_weight, _aoti_library])
+def test_a_pt2_whose_loading_runs_code_is_refused_and_runs_nothing(tmp_path, capsys, craft):
+    path = _program(tmp_path)
+    marker = tmp_path / "pwned"
+    craft(path, marker)
+    out = tmp_path / "out.json"
+    for command in ("optimize", "compile"):
+        status = main([command, str(path), "-o", str(out), "--target", "llvm"])
+        err = capsys.readouterr().err
+        assert status == 2 and len(_errors(err)) == 1, err
+        assert "refused" in err and "--trust-pickle" in err
+    from tvm_taso.io.torch_import import load_program
+
+    with pytest.raises(tvm_taso.InputError, match="trust_pickle=True"):
+        load_program(path)
+    assert not marker.exists() and not out.exists()
+
+
+def test_trust_pickle_loads_what_the_user_vouches_for(tmp_path):
+    """With ``trust_pickle`` torch loads the archive as it would: the pickle runs (the user's
+    choice), and the program fails to load only because its sample inputs are not inputs."""
+    from tvm_taso.io.torch_import import load_program
+
+    path = _program(tmp_path)
+    marker = tmp_path / "ran"
+    _evil_weight(path, marker)
+    with pytest.raises(tvm_taso.InputError, match="not a saved torch.export program"):
+        load_program(path, trust_pickle=True)
+    assert marker.exists()
+
+
+def test_a_plain_pt2_is_not_refused(tmp_path, capsys):
+    path = _program(tmp_path)
+    out = tmp_path / "out.json"
+    assert main(["optimize", str(path), "-o", str(out), "--target", "llvm", "--cost", "analytic", "--check"]) == 0
+    assert out.exists()
