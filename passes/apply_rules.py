@@ -10,8 +10,7 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_taso.ir.ops import OpError
-from tvm_taso.ir.relax_bridge import foreign_function, symbolic_shape
-from tvm_taso.driver import TasoSkippedWarning
+from tvm_taso.ir.relax_bridge import foreign_function
 from tvm_taso.verify.admit import admit
 from tvm_taso.rewrite import dpl
 from tvm_taso.rewrite.rule import Rule, default_rules
@@ -56,10 +55,6 @@ class ApplyRules:
         for gv, func in mod.functions.items():
             if not isinstance(func, relax.Function) or foreign_function(func):
                 continue
-            symbolic = _symbolic_bindings(func)
-            if symbolic:
-                warnings.warn(f"ApplyRules: @{gv.name_hint} has {symbolic} binding(s) of symbolic shape; rules "
-                              "whose conditions need sizes do not match there", TasoSkippedWarning, stacklevel=2)
             new = self._rewrite(func, gv.name_hint)
             if new is not func:
                 updates[gv] = relax.transform.FoldConstant()(tvm.IRModule({gv: new}))[gv]
@@ -116,9 +111,3 @@ def _resolve(rules) -> list[Rule]:
             raise ValueError(f"no rule named {rule!r} in the shipped library (rules/*.rules)")
         resolved.append(library[rule])
     return resolved
-
-
-def _symbolic_bindings(func: relax.Function) -> int:
-    """How many of ``func``'s dataflow bindings have a value of symbolic shape."""
-    return sum(symbolic_shape(b.var) for block in getattr(func.body, "blocks", ())
-               for b in block.bindings if isinstance(block, relax.DataflowBlock))

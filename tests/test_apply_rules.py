@@ -96,18 +96,33 @@ def test_a_single_rule_name_is_one_rule_and_anything_else_one_clear_error():
             ApplyRules(bad)
 
 
-def test_symbolic_shapes_are_said_not_silently_passed_over():
-    from tvm import relax
+def test_rules_apply_through_symbolic_shapes_where_their_conditions_are_decided():
+    """A function with a symbolic ``n`` used to be passed over with a warning. The merge now
+    applies there (its conditions hold for every ``n``) and keeps the outputs at several sizes,
+    while a rule whose condition asks ``n`` for a value it may or may not have is not applied."""
+    import numpy as np
 
-    from tvm_taso.driver import TasoSkippedWarning
-    from tvm_taso.passes import ApplyRules
+    from tvm_taso.rewrite.rule import parse_rules
 
     n = tvm.tirx.Var("n", "int64")
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+    rng = np.random.default_rng(0)
     with bb.function("main", [x]):
         with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.relu(x))
+            a, b = (bb.emit(relax.op.matmul(x, relax.const(rng.standard_normal((8, 8)).astype("float32"))))
+                    for _ in range(2))
+            out = bb.emit_output(relax.op.add(a, b))
         bb.emit_func_output(out)
-    with pytest.warns(TasoSkippedWarning, match="symbolic shape"):
-        ApplyRules(["merge-matmul-shared-lhs"])(bb.get())
+    mod = bb.get()
+    apply = ApplyRules(["merge-matmul-shared-lhs"])
+    new = apply(mod)
+    assert apply.last_applied == {"merge-matmul-shared-lhs": 1}
+    cases = [runtime.inputs_for(mod, seed=k, sizes={"n": k}) for k in (1, 6)]
+    for before, after in zip(runtime.run(mod, cases), runtime.run(new, cases)):
+        assert relative_error(before, after) <= 1e-5
+    (sized,) = parse_rules("merge-four-rows [hand, unverified]: (matmul ?x ?a), (matmul ?x ?b) "
+                           "=> (split (matmul ?x (concat ?a ?b :axis 1)) :indices [(dim ?a 1)] :axis 1) "
+                           "if (= (dim ?x 0) 4)")
+    undecided = ApplyRules(sized)
+    assert tvm_ffi.structural_equal(undecided(mod), mod) and not undecided.last_applied

@@ -153,29 +153,47 @@ def test_unknown_op_is_kept_with_one_warning():
     check_same_outputs(mod, new)
 
 
-def test_symbolic_shapes_pass_through():
+def _symbolic_projections():
+    """Three matmuls of ``x: (n, 8)`` with constant weights, combined elementwise: merged for
+    every ``n``."""
     n = tvm.tirx.Var("n", "int64")
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((n, 8), "float32"))
-    w = relax.const(np.ones((8, 8), "float32"))
+    rng = np.random.default_rng(0)
     with bb.function("main", [x]):
         with bb.dataflow():
-            a = bb.emit(relax.op.matmul(x, w))
-            b = bb.emit(relax.op.matmul(x, w))
-            o = bb.emit_output(relax.op.add(a, b))
+            a, b, c = (bb.emit(relax.op.matmul(x, relax.const(rng.standard_normal((8, 8)).astype("float32"))))
+                       for _ in range(3))
+            o = bb.emit_output(relax.op.add(relax.op.multiply(relax.op.nn.relu(a), relax.op.sigmoid(b)), c))
         bb.emit_func_output(o)
-    mod = bb.get()
-    with pytest.warns(tvm_taso.TasoSkippedWarning, match="symbolic shape"):
-        new, report = tvm_taso.optimize(mod, target="cuda")
-    assert tvm_ffi.structural_equal(new, mod)
-    assert report["applied"] == {}
-    # and the pass does not break the user's pipeline
+    return bb.get()
+
+
+def test_symbolic_shapes_are_optimized_and_keep_their_symbols():
+    """Symbolic sizes used to be passed through (nothing applied): the three matmuls of one
+    input now merge for every ``n``, priced at the default sizes the report names, and the
+    result keeps ``n`` symbolic, is well formed, and computes what the original computes at
+    several sizes, in the user's pipeline too."""
+    mod = _symbolic_projections()
+    new, report = tvm_taso.optimize(mod, target="cuda")
+    assert report["applied"].get("merge-matmul-shared-lhs") == 2
+    assert sum(b.value.op.name == "relax.matmul" for b in new["main"].body.blocks[0].bindings
+               if isinstance(b.value, relax.Call)) == 1
+    assert report["priced_sizes"] == {"n": {"sizes": [1, 128], "from": "default"}}
+    assert [row["sizes"] for row in report["cost_at_sizes"]] == [{"n": 1}, {"n": 128}]
+    assert all(row["after"] < row["before"] for row in report["cost_at_sizes"])
+    assert relax.analysis.check_well_formed(new)
+    assert str(new["main"].params[0].ty.shape[0]) == "n"
+    cases = [inputs_for(mod, seed=k, sizes={"n": k}) for k in (1, 3, 17)]
+    for before, after in zip(run(mod, cases), run(new, cases)):
+        assert relative_error(before, after) <= 1e-5
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ex = tvm.compile(mod, target="llvm", relax_pipeline=relax.get_pipeline("taso"))
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](tvm.runtime.tensor(np.ones((3, 8), "float32"))).numpy()
-    np.testing.assert_allclose(out, np.full((3, 8), 16.0))
+    for k in (2, 5):
+        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(cases[1][0][:1].repeat(k, 0))).numpy(),
+                                   run(mod, [cases[1][0][:1].repeat(k, 0)])[0], rtol=1e-5, atol=1e-5)
 
 
 def test_non_dataflow_code_is_left_alone():

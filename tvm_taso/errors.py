@@ -1,6 +1,12 @@
 """Exceptions shared across layers, so that a lower layer can raise them without importing the
-one that usually does: :class:`InputError` is raised by ONNX and PyTorch import, by
-:mod:`tvm_taso.runtime` and by the command line, and the command line turns it into exit code 2."""
+one that usually does: :class:`OpError` by the op table and the size arithmetic under it,
+:class:`InputError` by ONNX and PyTorch import, by :mod:`tvm_taso.runtime` and by the command
+line, which turns it into exit code 2."""
+
+
+class OpError(ValueError):
+    """An op application that is not valid (bad shapes or attributes), or a question about
+    symbolic sizes that cannot be decided: the op is left opaque, the rewrite not applied."""
 
 
 class InputError(ValueError):

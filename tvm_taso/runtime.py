@@ -6,20 +6,32 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_taso.errors import InputError
+from tvm_taso.errors import InputError, OpError
+from tvm_taso.ir import dims, ops
 
 
-def inputs_for(mod, given: dict | None = None, seed: int = 0) -> list[np.ndarray]:
-    """Arrays for ``mod["main"]``'s parameters: ``given`` by name (shapes checked), else random."""
+def input_symbols(mod, func: str = "main") -> frozenset:
+    """The names of the symbolic sizes in the shapes of ``mod[func]``'s parameters."""
+    return frozenset().union(*(dims.symbols_of(ops.tensor_type(p.ty).shape) for p in mod[func].params
+                               if isinstance(p.ty, relax.TensorType) and p.ty.shape is not None))
+
+
+def inputs_for(mod, given: dict | None = None, seed: int = 0, sizes: dict | None = None,
+               func: str = "main") -> list[np.ndarray]:
+    """Arrays for ``mod[func]``'s parameters: ``given`` by name (shapes checked), else random,
+    symbolic sizes at ``sizes`` (``{symbol: size}``; InputError for one it does not give)."""
     rng = np.random.default_rng(seed)
     given = dict(given or {})
     arrays = []
-    params = mod["main"].params
+    params = mod[func].params
     names = {p.name for p in params}
     if set(given) - names:
         raise InputError(f"no input named {', '.join(sorted(set(given) - names))} (inputs: {', '.join(sorted(names))})")
     for p in params:
-        shape = tuple(int(d) for d in p.ty.shape)
+        try:
+            shape = dims.value(ops.tensor_type(p.ty).shape, sizes or {})
+        except (OpError, KeyError) as err:
+            raise InputError(f"input {p.name!r} has dynamic dimensions; give sizes for them ({err})") from None
         dtype = str(p.ty.dtype)
         if p.name in given:
             a = np.asarray(given[p.name])
@@ -34,12 +46,15 @@ def inputs_for(mod, given: dict | None = None, seed: int = 0) -> list[np.ndarray
     return arrays
 
 
-def run(mod: tvm.IRModule, inputs: list[np.ndarray], target="llvm", relax_pipeline="default") -> list[np.ndarray]:
-    """Compile ``mod`` for ``target`` and run ``main`` on the CPU; the outputs as numpy arrays."""
+def run(mod: tvm.IRModule, inputs, target="llvm", relax_pipeline="default", func: str = "main") -> list:
+    """Compile ``mod`` for ``target`` and run ``mod[func]`` on the CPU; the outputs as numpy arrays.
+    ``inputs`` is one list of arrays, or several (each run on the one build: a module with
+    symbolic sizes at several sizes), then a list of output lists."""
     ex = tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
-    return flatten(result)
+    several = bool(inputs) and isinstance(inputs[0], (list, tuple))
+    results = [flatten(vm[func](*[tvm.runtime.tensor(a) for a in case])) for case in (inputs if several else [inputs])]
+    return results if several else results[0]
 
 
 def flatten(value) -> list[np.ndarray]:

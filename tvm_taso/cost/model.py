@@ -13,7 +13,7 @@ import abc
 from dataclasses import dataclass
 
 from tvm_taso.cost.fusion import Group, partition
-from tvm_taso.ir import ops
+from tvm_taso.ir import dims, ops
 from tvm_taso.ir.graph import Graph, weight_only
 
 
@@ -28,6 +28,23 @@ class Kernel:
     @property
     def anchor(self) -> str:
         return self.ops[0][0]
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether a type or attribute of the kernel holds a symbolic size."""
+        return any(t is not None and t.symbolic for t in self.outputs) or any(
+            dims.is_symbolic(attrs) or any(o[0] == "in" and o[1] is not None and o[1].symbolic for o in operands)
+            for _, attrs, operands in self.ops)
+
+    def at(self, point) -> "Kernel":
+        """The kernel with its symbols at the sizes ``point`` (itself when it has none)."""
+        if not self.symbolic:
+            return self
+        body = tuple((op, tuple((k, dims.value(v, point)) for k, v in attrs),
+                      tuple(("in", o[1].at(point) if o[1] is not None else None) if o[0] == "in" else o
+                            for o in operands))
+                     for op, attrs, operands in self.ops)
+        return Kernel(body, tuple(t.at(point) for t in self.outputs))
 
     def to_json(self) -> dict:
         """Plain data (for the measurement database); :meth:`from_json` inverts it."""
@@ -83,9 +100,28 @@ def kernel_count(g: Graph) -> int:
 
 
 def kernels(g: Graph) -> list[Kernel]:
+    """The kernels a cost model prices for ``g`` (:func:`kernels_at` of each of its priced
+    points, one after another; those of a static graph once)."""
+    return g.derived("priced_kernels", lambda g: [k for at_point in kernels_at(g) for k in at_point])
+
+
+def kernels_at(g: Graph) -> list[list[Kernel]]:
+    """The kernels of :func:`fused_kernels` at each of ``g.sizes`` (one list per point, the
+    static kernels in each); one list, as they are, for a static graph."""
+    fused = fused_kernels(g)
+    if not g.sizes:
+        return [fused]
+    return g.derived("kernels_at", lambda g: [[k.at(point) for k in fused] for point in g.sizes])
+
+
+def fused_kernels(g: Graph) -> list[Kernel]:
     """The fused kernels TVM builds for ``g`` that hold a known op, each with its known ops
     (opaque ops are not priced: no rewrite changes them; a group that is only a reshape is a
-    view, no kernel)."""
+    view, no kernel); their types and attributes may hold symbolic sizes."""
+    return g.derived("fused_kernels", _fused_kernels)
+
+
+def _fused_kernels(g: Graph) -> list[Kernel]:
     users = g.users()
     outside = set(g.outputs)
     result = []
@@ -112,6 +148,13 @@ def kernels(g: Graph) -> list[Kernel]:
     return result
 
 
+def no_size_costlier(after: tuple, before: tuple, noise: float = 1e-12) -> bool:
+    """Whether costs ``after`` (a graph's :meth:`CostModel.costs_at`) are no higher than
+    ``before`` at any priced size (to ``noise``, the float rounding two summations differ by):
+    a rewrite of a graph with symbolic sizes is kept only when it pays at every size."""
+    return all(a <= b * (1.0 + noise) for a, b in zip(after, before))
+
+
 class CostModel(abc.ABC):
     """Prices kernels; a graph costs the sum of its kernels. Costs are in microseconds."""
 
@@ -126,16 +169,30 @@ class CostModel(abc.ABC):
         """Estimated (or measured) time of one kernel, in microseconds."""
 
     def cost(self, g: Graph) -> float:
+        """The cost of ``g``: the sum of its kernels' costs, at each of its priced sizes
+        (``g.sizes``) for a graph with symbolic sizes: the sum of :meth:`costs_at`."""
         return g.derived(f"cost:{id(self)}", self._graph_cost)
 
     def _graph_cost(self, g: Graph) -> float:
-        total = 0.0
-        for k in kernels(g):
-            c = self._memo.get(k)
-            if c is None:
-                c = self._memo[k] = self.kernel_cost(k)
-            total += c
-        return total
+        return sum(self._priced(k) for k in kernels(g))
+
+    def _priced(self, kernel: Kernel) -> float:
+        c = self._memo.get(kernel)
+        if c is None:
+            c = self._memo[kernel] = self.kernel_cost(kernel)
+        return c
+
+    def costs_at(self, g: Graph) -> tuple[float, ...]:
+        """The cost of ``g`` at each of its priced sizes (one value for a static graph)."""
+        self.cost(g)  # a model that prices a graph's kernels together does so first
+        return tuple(sum(self._priced(k) for k in at_point) for at_point in kernels_at(g))
+
+    def price(self, kernel: Kernel, sizes: tuple) -> float:
+        """The cost of ``kernel`` summed over the priced points ``sizes`` (a graph's), as
+        :meth:`cost` counts it: once per point (once, for a graph without symbols)."""
+        if not sizes:
+            return self._priced(kernel)
+        return sum(self._priced(kernel.at(point)) for point in sizes)
 
     def describe(self) -> dict:
         return {"name": self.name}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tvm_taso.cost.model import CostModel
+from tvm_taso.cost.model import CostModel, no_size_costlier
 from tvm_taso.ir.graph import Graph, fold_constants
 from tvm_taso.rewrite.rule import Rule
 from tvm_taso.search import Judge, SearchOptions, SearchStats, search
@@ -20,8 +20,9 @@ from tvm_taso.search.pool import RegionPool
 class SearchRun:
     """What one ``optimize`` call searches every graph with: the rules, the cost model, the
     options, the deadline all of its searches share (a ``time.perf_counter()`` value), the region
-    ``judge`` if any, ``progress()``, called after each region, and the
-    :class:`~tvm_taso.search.pool.RegionPool` its searches share, if any."""
+    ``judge`` if any, ``progress()``, called after each region, the
+    :class:`~tvm_taso.search.pool.RegionPool` its searches share, if any, and the sizes the user
+    gave for symbols (``shapes``, :func:`tvm_taso.ir.dims.priced_points`)."""
 
     rules: list[Rule]
     cost: CostModel
@@ -30,12 +31,14 @@ class SearchRun:
     judge: Judge | None = None
     progress: Callable[[], None] | None = None
     pool: RegionPool | None = None
+    shapes: dict = field(default_factory=dict)  # symbol -> the sizes it is priced at, given by the user
 
 
 @dataclass
 class Outcome:
     """One graph's search: ``graph`` is the result, weights folded (the graph searched when
-    nothing was ``kept``); costs by the run's cost model."""
+    nothing was ``kept``); costs by the run's cost model, and at each priced size of a graph
+    with symbolic sizes (``costs_before``, ``costs_after``: one per point of ``graph.sizes``)."""
 
     graph: Graph
     cost_before: float
@@ -43,19 +46,23 @@ class Outcome:
     folded: int
     kept: bool
     stats: SearchStats = field(default_factory=SearchStats)
+    costs_before: tuple = ()
+    costs_after: tuple = ()
 
 
 def search_block(graph: Graph, run: SearchRun, accept=None) -> Outcome:
     """Search ``graph``, fold the weights the rewrites combined, and keep the result only if it
-    is cheaper by more than ``run.options.min_gain`` (a fraction of its cost) and not the same
-    graph. ``accept(graph)``, when given, is called on each region's result and raises if the
-    front end could not write it back (that region is then left as it was)."""
-    before = run.cost.cost(graph)
+    is cheaper by more than ``run.options.min_gain`` (a fraction of its cost), no costlier at any
+    of its priced sizes, and not the same graph. ``accept(graph)``, when given, is called on each
+    region's result and raises if the front end could not write it back (that region is then
+    left as it was)."""
+    before, before_at = run.cost.cost(graph), run.cost.costs_at(graph)
     stats = SearchStats()
     g = search(graph, run.rules, run.cost, run.options, deadline=run.deadline, stats=stats, progress=run.progress,
                judge=run.judge, accept=accept, pool=run.pool)
     folded = fold_constants(g)
-    after = run.cost.cost(g)
-    if not after < before * (1.0 - run.options.min_gain) or g.structural_hash() == graph.structural_hash():
-        return Outcome(graph, before, before, 0, False, stats)
-    return Outcome(g, before, after, folded, True, stats)
+    after, after_at = run.cost.cost(g), run.cost.costs_at(g)
+    if (not after < before * (1.0 - run.options.min_gain) or not no_size_costlier(after_at, before_at)
+            or g.structural_hash() == graph.structural_hash()):
+        return Outcome(graph, before, before, 0, False, stats, before_at, before_at)
+    return Outcome(g, before, after, folded, True, stats, before_at, after_at)

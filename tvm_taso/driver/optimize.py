@@ -20,6 +20,7 @@ from tvm_taso.driver.onnx import guard_onnx, optimize_onnx
 from tvm_taso.driver.relax import Result, optimize_relax
 from tvm_taso.driver.report import Report
 from tvm_taso.guard import RegionGuard
+from tvm_taso.ir import dims
 from tvm_taso.guard import guard as measured_guard
 from tvm_taso.io.onnx_import import InputError
 from tvm_taso.io.onnx_model import OnnxModel
@@ -60,6 +61,7 @@ def optimize(
     workers: int | None = None,
     rpc=None,
     options: SearchOptions | None = None,
+    shapes: dict | None = None,
 ) -> tuple[tvm.IRModule, dict]:
     """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
 
@@ -127,6 +129,14 @@ def optimize(
     why) and more. Functions marked ``Primitive``, ``Composite`` or ``Codegen`` (BYOC partitions) are
     left alone.
 
+    shapes : for a Relax module whose shapes hold symbolic sizes (``seq_len``), the sizes each
+        symbol is priced at, ``{"seq_len": [1, 128, 2048]}``; a symbol left out is priced at its
+        function's ``tir_var_lower_bound`` / ``tir_var_upper_bound`` (and 128 between), else at 1
+        and 128. A graph with symbols costs the sum of its costs at every combination of its
+        symbols' sizes, and a rewrite is kept only when it is no costlier at any of them;
+        ``report["priced_sizes"]`` says where each symbol's sizes came from and
+        ``report["cost_at_sizes"]`` gives the cost before and after at each. (An ONNX model's
+        sizes are given to :func:`tvm_taso.load_onnx`.)
     workers : processes searching regions, each pass's regions ahead of the serial order
         (:mod:`tvm_taso.search.pool`); default: the cores this process may use. The result is
         the same as with one (unless ``time_limit`` cuts regions short); with a cost model that
@@ -154,6 +164,9 @@ def optimize(
     guard = target.runtime is not None if guard is None else guard
     if guard_repeats is None:
         guard_repeats = ORT_REPEATS if target.runtime is not None else REPEATS
+    sizes = dims.checked_sizes(shapes)
+    if sizes and isinstance(mod, OnnxModel):
+        raise ValueError("shapes: an ONNX model's sizes are given to tvm_taso.load_onnx(path, shapes=...)")
     started = time.perf_counter()
     deadline = started + options.time_limit  # checking a user's rules counts in it
     refused: list = []
@@ -167,7 +180,7 @@ def optimize(
                     started, rules_seconds=rules_seconds, rules_refused=refused)
     bar = progress_bar("tvm-taso search", "region") if progress else None
     pool = RegionPool.for_run(rules, cost, options)
-    run = SearchRun(rules, cost, options, deadline, judge, bar.update if bar is not None else None, pool)
+    run = SearchRun(rules, cost, options, deadline, judge, bar.update if bar is not None else None, pool, sizes)
     try:
         result = _front_end(mod, run, report)
     finally:  # an interrupted search too: the bar's line is cleared before anything else is printed
@@ -212,7 +225,9 @@ def _front_end(mod, run: SearchRun, report: Report) -> Result:
     internal failure keeps the model, with a line in the report's ``skipped``; the Relax path
     keeps each function whose search failed."""
     if not isinstance(mod, OnnxModel):
-        return optimize_relax(mod, run, report.stats, report.skipped)
+        result = optimize_relax(mod, run, report.stats, report.skipped)
+        report.facts = result.facts
+        return result
     try:
         result = optimize_onnx(mod, run, report.stats, report.skipped)
     except InputError:

@@ -12,7 +12,8 @@ from tvm import relax
 
 from tvm_taso.driver.block import SearchRun, search_block
 from tvm_taso.ir.ops import OpError
-from tvm_taso.ir.relax_bridge import BlockGraph, foreign_function
+from tvm_taso.ir import dims
+from tvm_taso.ir.relax_bridge import BlockGraph, foreign_function, function_symbols
 from tvm_taso.search import SearchStats
 
 log = logging.getLogger("tvm_taso")
@@ -64,6 +65,11 @@ def optimize_relax(mod: tvm.IRModule, run: SearchRun, stats: SearchStats, skippe
         stats.absorb(fstats, kept)
         result.cost_before += one.cost_before
         result.cost_after += one.cost_after
+        if one.facts.get("priced_sizes"):
+            result.facts.setdefault("priced_sizes", {}).update(one.facts["priced_sizes"])
+        for row in one.facts.get("cost_at_sizes", []):
+            add_costs_at(result.facts, (tuple(row["sizes"].items()),), (row["before"],),
+                         (row["after"] if kept else row["before"],))
     return result
 
 
@@ -75,6 +81,11 @@ def _optimize_function(func: relax.Function, fname: str, run: SearchRun, stats: 
     if not isinstance(body, relax.SeqExpr):
         skipped[f"@{fname}: body is not a sequence of blocks"] += 1
         return func, total
+    try:
+        symbols = _Symbols(func, run.shapes)
+    except OpError as err:
+        skipped[f"@{fname}: {err}"] += 1
+        return func, total
     blocks = []
     changed = False
     for block in body.blocks:
@@ -83,7 +94,7 @@ def _optimize_function(func: relax.Function, fname: str, run: SearchRun, stats: 
             if len(block.bindings):
                 skipped[f"@{fname}: non-dataflow block"] += 1
         else:
-            new_block = _optimize_block(block, fname, run, stats, skipped, total)
+            new_block = _optimize_block(block, fname, run, stats, skipped, total, symbols)
         blocks.append(new_block or block)
         changed |= new_block is not None
     if not changed:
@@ -92,19 +103,46 @@ def _optimize_function(func: relax.Function, fname: str, run: SearchRun, stats: 
     return relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs, func.span), total
 
 
+class _Symbols:
+    """A function's symbolic sizes: its ``tirx.Var`` s by name, and where a block using some of
+    them is priced (:func:`~tvm_taso.ir.dims.priced_points`: the user's ``shapes``, else the
+    function's ``tir_var_lower_bound`` / ``tir_var_upper_bound`` attributes, else the default)."""
+
+    def __init__(self, func: relax.Function, given: dict):
+        self.variables = function_symbols(func)
+        attrs = func.attrs if func.attrs is not None else {}
+        self.bounds = [_int_map(attrs.get(key)) for key in ("tir_var_lower_bound", "tir_var_upper_bound")]
+        self.given = given
+
+    def priced(self, graph, total: Result) -> None:
+        """Set ``graph.sizes`` to the points its symbols are priced at, and say which in ``total``."""
+        names = frozenset().union(*(dims.symbols_of(t.shape) for n in graph.nodes.values() for t in n.types
+                                    if t is not None), *(dims.symbols_of(v) for n in graph.nodes.values()
+                                                         for _, v in n.attrs))
+        graph.sizes, sources = dims.priced_points(names, self.given, *self.bounds)
+        if sources:
+            total.facts.setdefault("priced_sizes", {}).update(sources)
+
+
+def _int_map(value) -> dict:
+    return {str(k): int(v) for k, v in value.items()} if value is not None else {}
+
+
 def _optimize_block(block: relax.DataflowBlock, fname: str, run: SearchRun, stats: SearchStats,
-                    skipped: Counter, total: Result) -> relax.DataflowBlock | None:
-    """The block searched and written back, or None (nothing kept); its costs added to ``total``.
-    A result that cannot be written back is searched again, each region's result written as it
-    is found, so that only the regions that cannot be are left out."""
+                    skipped: Counter, total: Result, symbols: _Symbols) -> relax.DataflowBlock | None:
+    """The block searched and written back, or None (nothing kept); its costs added to ``total``
+    (at each priced size, for a block with symbolic sizes). A result that cannot be written back
+    is searched again, each region's result written as it is found, so that only the regions
+    that cannot be are left out."""
     local = Counter()
     try:
-        bg = BlockGraph(block, local)
+        bg = BlockGraph(block, local, symbols.variables)
     except OpError as err:
         skipped[f"@{fname}: dataflow block ({err})"] += 1
         return None
     for what, n in local.items():
         skipped[f"@{fname}: {what}"] += n
+    symbols.priced(bg.graph, total)
     new_block = None
     for accept in (None, bg.to_block):
         outcome = search_block(bg.graph, run, accept)
@@ -122,6 +160,22 @@ def _optimize_block(block: relax.DataflowBlock, fname: str, run: SearchRun, stat
     stats.absorb(outcome.stats, kept=new_block is not None)
     total.cost_before += outcome.cost_before
     total.cost_after += outcome.cost_after
+    if bg.graph.sizes:
+        after = outcome.costs_after if new_block is not None else outcome.costs_before
+        add_costs_at(total.facts, bg.graph.sizes, outcome.costs_before, after)
     if new_block is not None:
         total.folded += outcome.folded
     return new_block
+
+
+def add_costs_at(facts: dict, points: tuple, before: tuple, after: tuple) -> None:
+    """Add a block's costs at each of its priced ``points`` to ``facts["cost_at_sizes"]``."""
+    rows = facts.setdefault("cost_at_sizes", [])
+    for point, b, a in zip(points, before, after):
+        sizes = dict(point)
+        row = next((r for r in rows if r["sizes"] == sizes), None)
+        if row is None:
+            rows.append({"sizes": sizes, "before": b, "after": a})
+        else:
+            row["before"] += b
+            row["after"] += a

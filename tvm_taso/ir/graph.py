@@ -88,11 +88,17 @@ def normal_node(op: str, inputs, attrs: dict, values: Values) -> NormalNode:
 
 
 class Graph:
-    """A dataflow graph. ``outputs`` are the refs that must survive (used outside)."""
+    """A dataflow graph. ``outputs`` are the refs that must survive (used outside).
 
-    def __init__(self):
+    ``sizes``: where a graph whose types hold symbolic sizes (:mod:`tvm_taso.ir.dims`) is
+    priced, the points of :func:`~tvm_taso.ir.dims.priced_points` (each a tuple of sorted
+    (symbol, size) pairs); ``()`` for a static graph. Graphs made from this one (copies,
+    regions, extractions) carry it."""
+
+    def __init__(self, sizes: tuple = ()):
         self.nodes: dict[int, Node] = {}
         self.outputs: list[Ref] = []
+        self.sizes = sizes
         self._next = 0
         self._index: dict = {}
         self._derived: dict = {}  # facts computed from the current nodes (users, order, hash...)
@@ -102,6 +108,7 @@ class Graph:
         g = Graph.__new__(Graph)
         g.nodes = dict(self.nodes)
         g.outputs = list(self.outputs)
+        g.sizes = self.sizes
         g._next = self._next
         g._index = dict(self._index)
         g._derived = {}

@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from tvm_taso.ir import group_merge
+from tvm_taso.errors import OpError
+from tvm_taso.ir import dims, group_merge
 
 # Kinds, in the order of TVM's OpPatternKind: what FuseOps may fold into what.
 ELEMWISE = "elemwise"  # fuses into its producer's kernel
@@ -28,14 +29,23 @@ VIEW = "view"  # reshape: a runtime view, no kernel
 
 @dataclass(frozen=True)
 class TensorType:
-    """Static shape and dtype of one tensor."""
+    """Shape and dtype of one tensor. A dimension is an ``int`` or a symbolic size
+    (:class:`~tvm_taso.ir.dims.SymDim`: ``seq_len``, ``seq_len * 2``)."""
 
-    shape: tuple[int, ...]
+    shape: tuple
     dtype: str
 
     @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    def symbolic(self) -> bool:
+        return dims.is_symbolic(self.shape)
+
+    def at(self, point) -> "TensorType":
+        """This type with its symbols at the sizes ``point`` (see :func:`dims.value`)."""
+        return TensorType(dims.value(self.shape, point), self.dtype) if self.symbolic else self
+
+    @property
+    def size(self):
+        return math.prod(self.shape, start=1)
 
     @property
     def nbytes(self) -> int:
@@ -43,10 +53,6 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype}{list(self.shape)}"
-
-
-class OpError(ValueError):
-    """An op application that is not valid (bad shapes or attributes)."""
 
 
 # How the verifier's algebra models an attribute that is not one of its sorts
@@ -105,11 +111,7 @@ def _broadcast(types: list[TensorType], attrs: dict) -> list[TensorType]:
     a, b = types
     if a.dtype != b.dtype:
         raise OpError(f"dtype mismatch {a.dtype} vs {b.dtype}")
-    try:
-        shape = np.broadcast_shapes(a.shape, b.shape)
-    except ValueError as err:
-        raise OpError(str(err)) from None
-    return [TensorType(tuple(int(d) for d in shape), a.dtype)]
+    return [TensorType(dims.broadcast_shapes(a.shape, b.shape), a.dtype)]
 
 
 def _same(types, attrs):
@@ -129,11 +131,8 @@ def _matmul_infer(types, attrs):
         raise OpError("matmul with vectors is not handled")
     if sa[-1] != sb[-2]:
         raise OpError(f"matmul reduction dims {sa[-1]} != {sb[-2]}")
-    try:
-        batch = np.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))
-    except ValueError as err:
-        raise OpError(str(err)) from None
-    return [TensorType(tuple(int(d) for d in batch) + (sa[-2], sb[-1]), a.dtype)]
+    batch = dims.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))
+    return [TensorType(batch + (sa[-2], sb[-1]), a.dtype)]
 
 
 def _matmul_flops(types, outs, attrs):
@@ -379,6 +378,8 @@ def _py(value):
         return tuple(_py(v) for v in value)
     if isinstance(value, np.dtype) or type(value).__name__ in ("DataType", "dtype"):
         return str(value)
+    if isinstance(value, tirx.Var) or type(value).__name__ in dims.EXPRESSIONS:
+        return dims.from_prim(value)  # a symbolic size (a reshape's target, split points)
     raise OpError(f"attribute value {value!r} of type {type(value).__name__}")
 
 
@@ -720,18 +721,16 @@ BY_RELAX_NAME: dict[str, OpSpec] = {s.relax_name: s for s in OPS.values()}
 
 
 def tensor_type(ty) -> TensorType:
-    """A Relax tensor type with a fully static shape as a :class:`TensorType`, else OpError."""
+    """A Relax tensor type with a known shape (static or symbolic sizes) as a :class:`TensorType`,
+    else OpError."""
     from tvm import relax
 
     if not isinstance(ty, relax.TensorType) or ty.shape is None:
         raise OpError(f"not a tensor of known shape: {ty}")
-    dims = []
-    for d in ty.shape.values if hasattr(ty.shape, "values") else ty.shape:
-        try:
-            dims.append(int(d))
-        except (TypeError, ValueError):
-            raise OpError(f"symbolic shape {ty}") from None
-    return TensorType(tuple(dims), str(ty.dtype))
+    values = getattr(ty.shape, "values", None)
+    if values is None:
+        raise OpError(f"not a tensor of known shape: {ty}")
+    return TensorType(tuple(dims.from_prim(d) for d in values), str(ty.dtype))
 
 
 def read_call(call) -> tuple[OpSpec, list, dict]:

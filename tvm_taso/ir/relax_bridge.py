@@ -1,8 +1,9 @@
 """Relax dataflow blocks to :class:`~tvm_taso.ir.graph.Graph` and back.
 
-Reading keeps every binding: calls to known ops with static shapes become op nodes; anything
-else (unknown ops, symbolic shapes, tuples) becomes an ``opaque`` node that is re-emitted
-unchanged, with a note of why in ``skipped``. Writing emits the graph's nodes in topological
+Reading keeps every binding: calls to known ops become op nodes, their shapes static or
+symbolic (sizes of :mod:`tvm_taso.ir.dims`: the function's ``tirx.Var`` s by name); anything else
+(unknown ops, shapes the engine does not model, tuples) becomes an ``opaque`` node that is
+re-emitted unchanged, with a note of why in ``skipped``. Writing emits the graph's nodes in topological
 order, reusing the original dataflow variables of nodes that survived, and binds each of the
 block's output variables (the non-dataflow ones, visible after the block) to its new value.
 """
@@ -15,7 +16,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_taso.ir import ops
+from tvm_taso.ir import dims, ops
 from tvm_taso.ir.graph import Graph, Ref
 from tvm_taso.ir.ops import OpError
 
@@ -35,10 +36,23 @@ def foreign_function(func) -> str | None:
     return next((key for key in FOREIGN_ATTRS if key in attrs), None)
 
 
-class BlockGraph:
-    """A dataflow block as a graph, plus what is needed to write it back."""
+def function_symbols(func) -> dict:
+    """``{name: tirx.Var}`` of the symbolic sizes ``func`` defines (a rewritten block writes its
+    sizes with these); OpError when two of them share a name (the engine knows symbols by name)."""
+    found: dict = {}
+    for var in relax.analysis.defined_symbolic_vars(func):
+        if str(var.name) in found and not found[str(var.name)].same_as(var):
+            raise OpError(f"two symbolic sizes named {var.name}")
+        found[str(var.name)] = var
+    return found
 
-    def __init__(self, block, skipped: Counter):
+
+class BlockGraph:
+    """A dataflow block as a graph, plus what is needed to write it back: ``variables``, the
+    function's symbolic sizes by name (:func:`function_symbols`)."""
+
+    def __init__(self, block, skipped: Counter, variables: dict | None = None):
+        self.variables = variables or {}
         self.graph = Graph()
         self.out_vars: list = []  # block output vars, in graph.outputs order
         self.env: dict = {}  # relax var -> Ref
@@ -95,12 +109,7 @@ class BlockGraph:
                 return (nid, -1)
             except OpError as err:
                 reason = str(err)
-                if reason.startswith("unknown op"):
-                    skipped[reason] += 1
-                elif symbolic_shape(var) or any(symbolic_shape(a) for a in value.args):
-                    skipped[f"{value.op.name} with a symbolic shape"] += 1
-                else:
-                    skipped[f"{value.op.name}: {reason}"] += 1
+                skipped[reason if reason.startswith("unknown op") else f"{value.op.name}: {reason}"] += 1
         refs = tuple(self._operand(v) for v in _free_operands(value))
         try:
             ty = ops.tensor_type(var.ty)
@@ -152,7 +161,8 @@ class BlockGraph:
                 if value is not node.payload:
                     value = bb.normalize(value)  # a rebuilt call has no type until normalized
             else:
-                value = bb.normalize(ops.OPS[node.op].build(args, node.attr))
+                attrs = {k: dims.to_prim(v, self.variables) for k, v in node.attr.items()}
+                value = bb.normalize(ops.OPS[node.op].build(args, attrs))
             multi = len(node.types) > 1
             ref = (nid, -1) if multi else (nid, 0)
             origin = node.payload if node.op != "opaque" else None
@@ -171,18 +181,6 @@ class BlockGraph:
                 continue
             bindings.append(relax.VarBinding(var, operand(ref)))
         return relax.DataflowBlock(bindings)
-
-
-def symbolic_shape(expr) -> bool:
-    """Is ``expr`` a tensor whose shape the engine cannot read as static sizes?"""
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType):
-        return False
-    try:
-        ops.tensor_type(ty)
-    except OpError:
-        return True
-    return False
 
 
 def _free_operands(value) -> list:

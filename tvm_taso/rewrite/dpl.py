@@ -56,10 +56,10 @@ from tvm.relax.dpl import (
     wildcard,
 )
 
-from tvm_taso.ir import ops
+from tvm_taso.ir import dims, ops
 from tvm_taso.ir.graph import Graph
 from tvm_taso.ir.ops import OpError
-from tvm_taso.ir.relax_bridge import BlockGraph
+from tvm_taso.ir.relax_bridge import BlockGraph, function_symbols
 from tvm_taso.rewrite.match import Match, independent, unlinked_roots
 from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
 from tvm_taso.rewrite.semantics import conditions_hold, evaluate_attr, match_attributes, same_value
@@ -186,9 +186,15 @@ class Sites:
         self.position: dict = {}  # binding var -> index in the function
         self.leaves: dict = {}  # (BlockGraph, parameter or constant) -> ref
         self.called: set = set()  # names of the Relax ops the function calls
+        try:
+            self.variables = function_symbols(func)  # its symbolic sizes, which targets are written with
+        except OpError:
+            self.variables = None
         for block in func.body.blocks:
             try:
-                bg = BlockGraph(block, Counter())
+                if self.variables is None:
+                    raise OpError("symbols the engine cannot tell apart")
+                bg = BlockGraph(block, Counter(), self.variables)
             except OpError:
                 continue
             self.blocks.append(bg)
@@ -317,7 +323,7 @@ class Sites:
         ValueError unless the rule's targets have the types of its sources."""
         if len(site.match.rule.src) == 1:
             return self._rewrite_call(site)
-        return _rewrite_bindings(self.func, site)
+        return _rewrite_bindings(self.func, site, self.variables)
 
     def _rewrite_call(self, site: Site) -> relax.Function:
         rule = site.match.rule
@@ -327,7 +333,7 @@ class Sites:
             if not expr.same_as(site.values[0]):
                 return expr
             operands = {name: self._operand(matchings[p]) for name, p in variables.items()}
-            return _replacements(rule, site, operands)[0]
+            return _replacements(rule, site, operands, self.variables)[0]
 
         return rewrite_call(pattern, rewrite, self.func)
 
@@ -389,7 +395,7 @@ def apply_at(func: relax.Function, rule: Rule, index: int) -> relax.Function:
     return finder.rewrite(found[index])
 
 
-def _rewrite_bindings(func, site: Site) -> relax.Function:
+def _rewrite_bindings(func, site: Site, symbols: dict) -> relax.Function:
     rule = site.match.rule
     lifted, constants = _lift_constants(func)
     with PatternContext() as ctx:
@@ -401,7 +407,7 @@ def _rewrite_bindings(func, site: Site) -> relax.Function:
             return {}
         applied.append(site)
         operands = {name: matchings[p] for name, p in variables.items()}
-        return dict(zip(site.vars, _replacements(rule, site, operands)))
+        return dict(zip(site.vars, _replacements(rule, site, operands, symbols)))
 
     new = rewrite_bindings(ctx, rewrite, lifted)
     if not applied:
@@ -450,11 +456,12 @@ def _pins(site: Site, lifted: relax.Function, constants: list) -> dict:
     return pins
 
 
-def _replacements(rule: Rule, site: Site, operands: dict) -> list:
-    """The new value of each root binding of ``site``: the rule's targets built with Relax ops,
-    their outputs dealt out to the roots in order (a multi-output root takes a tuple). Raises
-    ValueError unless each value has its root's type (shapes and dtypes)."""
-    builder = _Builder(operands, site.match.bindings, site.graph)
+def _replacements(rule: Rule, site: Site, operands: dict, variables: dict) -> list:
+    """The new value of each root binding of ``site``: the rule's targets built with Relax ops
+    (symbolic sizes written with the function's ``variables``), their outputs dealt out to the
+    roots in order (a multi-output root takes a tuple). Raises ValueError unless each value has
+    its root's type (shapes and dtypes)."""
+    builder = _Builder(operands, site.match.bindings, site.graph, variables)
     targets = [builder.build(t) for t in rule.dst]
     outputs = []  # (expression, type) per output
     for expr, ty in zip(targets, _types(targets)):
@@ -486,10 +493,11 @@ def _types(exprs: list) -> list:
 class _Builder:
     """A target expression as nested Relax op calls; equal subexpressions are built once."""
 
-    def __init__(self, operands: dict, env: dict, graph: Graph):
+    def __init__(self, operands: dict, env: dict, graph: Graph, variables: dict):
         self.operands = operands
         self.env = env
         self.graph = graph
+        self.variables = variables
         self.memo: dict = {}
 
     def build(self, x):
@@ -507,5 +515,6 @@ class _Builder:
             return relax.TupleGetItem(self.build(x.expr), x.index)
         spec = ops.OPS[x.op]
         attrs = dict(spec.defaults)
-        attrs.update((name, evaluate_attr(v, self.env, self.graph)) for name, v in x.attrs)
+        attrs.update((name, dims.to_prim(evaluate_attr(v, self.env, self.graph), self.variables))
+                     for name, v in x.attrs)
         return spec.build([self.build(a) for a in x.args], attrs)

@@ -143,7 +143,7 @@ class Extractor:
                         tuple(t for t in types[cid] if t is not None))
         c = self.kernel_memo.get(kernel)
         if c is None:
-            c = self.kernel_memo[kernel] = self.cost.kernel_cost(kernel)
+            c = self.kernel_memo[kernel] = self.cost.price(kernel, self.sub.sizes)
         return c * FUSED_SHARE if kind == ops.ELEMWISE else c
 
     # -- candidates ------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ class Extractor:
         """The graph of ``choice`` (classes it lacks take ``fallback``'s e-node), with the
         choices it used; None if they close a cycle. With ``root``, the graph of that class
         alone."""
-        g = Graph()
+        g = Graph(self.sub.sizes)
         for nid, node in self.sub.nodes.items():
             if node.op in LEAVES:
                 g.put_leaf(nid, node)

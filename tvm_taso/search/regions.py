@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Protocol
 
-from tvm_taso.cost.model import CostModel
+from tvm_taso.cost.model import CostModel, no_size_costlier
 from tvm_taso.ir.graph import LEAVES, CycleError, Graph, Ref, fold_constants, weight_only
 from tvm_taso.ir.ops import OpError
 from tvm_taso.search.options import SearchOptions
@@ -206,7 +206,7 @@ def extract(g: Graph, ids: list[int]) -> Region:
     transpose of every ``Linear``'s weight, which topological order may put in an earlier
     region): the region sees a weight, free and foldable, not a runtime input."""
     members = set(ids)
-    sub = Graph()
+    sub = Graph(g.sizes)
     local: dict[Ref, Ref] = {}
     leaf_of: dict[int, Ref] = {}
     origin: dict[int, int] = {}
@@ -531,7 +531,7 @@ class _Splicer:
     def __init__(self, g: Graph, cost: CostModel, min_gain: float, stats: SearchStats, judge: Judge | None, accept):
         self.graph, self.cost, self.min_gain, self.stats = g, cost, min_gain, stats
         self.judge, self.accept = judge, accept
-        self.current = cost.cost(g)
+        self.current, self.current_at = cost.cost(g), cost.costs_at(g)
         # rewrites the judge dropped or that could not be spliced, by region content and rewrite:
         # a later sweep meeting the region unchanged does not judge or warn again
         self.left_out: set = set()
@@ -559,10 +559,11 @@ class _Splicer:
             self.left_out.add(seen)
             return
         graph, folded = spliced
-        new_cost = self.cost.cost(graph)
-        if new_cost >= self.current * (1.0 - FLOAT_NOISE):
+        new_cost, new_at = self.cost.cost(graph), self.cost.costs_at(graph)
+        if new_cost >= self.current * (1.0 - FLOAT_NOISE) or not no_size_costlier(new_at, self.current_at):
             # cheaper in its region, not in the graph: it breaks a fusion across the boundary
-            # (a kernel the region ended in that the next op joined), so it is no gain
+            # (a kernel the region ended in that the next op joined), so it is no gain; or,
+            # with symbolic sizes, it is costlier at one of the sizes priced
             stats.costlier_in_graph += 1
             stats.curve.append((time.perf_counter(), start_cost - best_cost))
             log.debug("region %d: rewrite by %s left out: %.4f in its region, %.4f -> %.4f in the graph",
@@ -576,4 +577,4 @@ class _Splicer:
         # the region's own gain is on the curve already; add what fusion across its boundary
         # changed, so the curve ends at the graph's cost
         stats.curve.append((time.perf_counter(), (new_cost - self.current) - (best_cost - start_cost)))
-        self.current = new_cost
+        self.current, self.current_at = new_cost, new_at

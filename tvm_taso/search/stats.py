@@ -36,7 +36,7 @@ class SearchStats:
     regions: int = 0
     regions_cut_short: int = 0
     sweeps: int = field(default=0, metadata={"merge": "max"})  # times both passes ran over a block (the most)
-    costlier_in_graph: int = 0  # region rewrites left out: cheaper in the region, costlier in the graph
+    costlier_in_graph: int = 0  # region rewrites left out: cheaper in the region, not in the graph or at a size
     reused: int = 0  # regions that took the result of an identical region
     folded: int = field(default=0, metadata=_kept())  # weight expressions folded to constants between regions
     stopped: Counter = field(default_factory=Counter)  # Stop values: why each region's search ended
