@@ -8,24 +8,31 @@ Options (``torch.compile(..., options={...})`` or :class:`TasoBackend`'s keyword
 
 The backend compiles for inference: the weights are baked into the compiled graph as constants
 (the search merges and folds them), so a model whose weights change afterwards must be compiled
-again (``torch._dynamo.reset()``), and outputs carry no autograd history. A graph it cannot
-take (an input that needs gradients, a dynamic shape, an op TVM's frontend lacks, a failed
-build) runs in eager PyTorch instead, with one :class:`~tvm_taso.driver.TasoSkippedWarning`
-naming the reason; the user's forward pass never fails because of the backend.
+again (``torch._dynamo.reset()``), and outputs carry no autograd history. A graph with dynamic
+shapes (``dynamic=True``, or dynamo's automatic dynamic recompile) is compiled once with its
+sizes symbolic (the sizes dynamo passes as ``SymInt`` inputs are read off the tensors they
+measure) and serves every size in range. A graph it cannot take (an input that needs gradients,
+a size that is not a tensor's dimension, an op TVM's frontend lacks, a failed build) runs in
+eager PyTorch instead, with one :class:`~tvm_taso.driver.TasoSkippedWarning` naming the reason;
+the user's forward pass never fails because of the backend.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 import warnings
 
 from tvm_taso.errors import first_line
 
 log = logging.getLogger("tvm_taso.torch")
 
-# where a placeholder of a captured graph comes from: module state (baked in) or a user input
-_STATE_SOURCES = ("._parameters[", "._buffers[")
+# where a placeholder of a captured graph comes from: module state (baked in: a parameter, a
+# buffer, any attribute of a module, such as a norm's eps dynamo passes as a 0-d tensor when
+# floats are dynamic) or a user input (a local, an item of one); a size (``.size()[k]``) is not
+# an attribute
+_STATE_SOURCE = re.compile(r"\.[A-Za-z_]\w*(?![\w(])")
 
 
 class Unsupported(Exception):
@@ -56,19 +63,37 @@ class TasoBackend:
         self.fallbacks: list[str] = []
 
     def __call__(self, gm, example_inputs, **_mode):
+        try:
+            placeholders = _split_placeholders(gm, list(example_inputs))
+        except Exception as err:  # noqa: BLE001 - never fail the user's forward pass
+            return self._eager(gm, err)
+        compiled = None
+
+        def run(*args):
+            # built on the first call, outside dynamo's tracing of the user's frame (an export
+            # with symbolic sizes inside it would add its guards to the frame's)
+            nonlocal compiled
+            if compiled is None:
+                try:
+                    compiled = self._compile(gm, placeholders, args)
+                except Exception as err:  # noqa: BLE001 - never fail the user's forward pass
+                    compiled = self._eager(gm, err)
+            return compiled(*args)
+
+        return run
+
+    def _eager(self, gm, err: Exception):
+        """``gm`` run by eager PyTorch, the reason said in one warning and kept in ``fallbacks``."""
         from tvm_taso.driver import TasoSkippedWarning
 
-        try:
-            return self._compile(gm, list(example_inputs))
-        except Exception as err:  # noqa: BLE001 - never fail the user's forward pass
-            reason = str(err) if isinstance(err, Unsupported) else f"{type(err).__name__}: {first_line(err)}"
-            log.debug("tvm_taso backend: graph left to eager PyTorch", exc_info=True)
-            self.fallbacks.append(reason)
-            warnings.warn(f"tvm_taso backend: this graph runs in eager PyTorch ({reason})", TasoSkippedWarning,
-                          stacklevel=2)
-            return gm.forward
+        reason = str(err) if isinstance(err, Unsupported) else f"{type(err).__name__}: {first_line(err)}"
+        log.debug("tvm_taso backend: graph left to eager PyTorch", exc_info=True)
+        self.fallbacks.append(reason)
+        warnings.warn(f"tvm_taso backend: this graph runs in eager PyTorch ({reason})", TasoSkippedWarning,
+                      stacklevel=3)
+        return gm.forward
 
-    def _compile(self, gm, example_inputs):
+    def _compile(self, gm, placeholders, args):
         import torch
         import tvm
         from tvm import relax
@@ -78,11 +103,12 @@ class TasoBackend:
         from tvm_taso.driver import TasoSkippedWarning, optimize
         from tvm_taso.passes.pipeline import build_pipeline
 
-        state, inputs = _split_placeholders(gm, example_inputs)
+        state, sizes = placeholders
+        positions = [k for k in range(len(args)) if k not in state and k not in sizes]
+        inputs = [args[k] for k in positions]
         device = _device(inputs + list(state.values()))
-        frozen = _frozen_module_class()(gm, state, len(example_inputs))
-        with torch.no_grad():
-            program = torch.export.export(frozen, tuple(inputs))
+        frozen = _frozen_module_class()(_scalars_baked_in(gm, state), state, sizes, len(args))
+        program = _exported(frozen, inputs, _dynamic_shapes(gm, state, sizes))
         mod = from_exported_program(program, keep_params_as_input=False)
         target = self.target or targets.resolve("cuda" if device.type == "cuda" else "llvm")
         with warnings.catch_warnings():  # said once, below, if at all
@@ -94,7 +120,6 @@ class TasoBackend:
         ex = tvm.compile(new_mod, target=target.tvm, relax_pipeline=build_pipeline(target))
         dev = tvm.cuda(device.index or 0) if device.type == "cuda" else tvm.cpu(0)
         vm = relax.VirtualMachine(ex, dev)
-        positions = [k for k in range(len(example_inputs)) if k not in state]
         out_spec = program.call_spec.out_spec
 
         def run(*args):
@@ -110,28 +135,110 @@ def tvm_taso_backend(gm, example_inputs, options: dict | None = None, **mode):
     return TasoBackend(**(options or {}))(gm, example_inputs, **mode)
 
 
-def _split_placeholders(gm, example_inputs) -> tuple[dict, list]:
+def _split_placeholders(gm, example_inputs) -> tuple[dict, dict]:
     """The captured graph's module state (position -> tensor: parameters and buffers, to bake
-    in) and its user inputs. Raises :class:`Unsupported` for an input the backend cannot take."""
+    in) and its sizes (position -> (position of the tensor input, dimension) it measures: dynamo
+    passes a dynamic size as a ``SymInt`` input); every other placeholder is a user input.
+    Raises :class:`Unsupported` for an input the backend cannot take."""
     import torch
 
-    state, inputs = {}, []
+    state, sizes = {}, {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise Unsupported(f"{len(example_inputs)} inputs for {len(placeholders)} placeholders")
+    sources = [_source(node) for node in placeholders]
     for k, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        if isinstance(value, torch.SymInt):
+            sizes[k] = _measured(node, sources)
+            continue
         if not isinstance(value, torch.Tensor):
-            raise Unsupported(f"input {node.name} is a {type(value).__name__}, not a tensor "
-                              "(a dynamic shape: compile with dynamic=False)")
-        grapharg = node.meta.get("grapharg")
-        source = grapharg.source.name if grapharg is not None and grapharg.source is not None else ""
-        if isinstance(value, torch.nn.Parameter) or any(s in source for s in _STATE_SOURCES):
+            raise Unsupported(f"input {node.name} is a {type(value).__name__}, not a tensor")
+        source = sources[k]
+        if isinstance(value, torch.nn.Parameter) or _STATE_SOURCE.search(source):
             state[k] = value.detach()
         elif value.requires_grad and torch.is_grad_enabled():
             raise Unsupported(f"input {node.name} requires grad: the backend compiles inference only")
-        else:
-            inputs.append(value)
-    return state, inputs
+    return state, sizes
+
+
+def _scalars_baked_in(gm, state: dict):
+    """``gm`` (a copy) with each number it reads off a 0-d state tensor (``eps.item()``: dynamo
+    passes a module's float attribute so when floats are dynamic) replaced by its value, as the
+    weights are baked in: ``torch.export`` would see a value it cannot trace through."""
+    import torch
+
+    graph = None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for k, tensor in state.items():
+        reads = [u for u in placeholders[k].users if u.op == "call_method" and u.target == "item"]
+        if tensor.ndim != 0 or not reads:
+            continue
+        if graph is None:
+            graph, copies = torch.fx.Graph(), {}
+            graph.output(graph.graph_copy(gm.graph, copies))
+        for read in reads:
+            node = copies[read]
+            value = tensor.item()
+            for user in list(node.users):
+                user.args = torch.fx.node.map_arg(user.args, lambda a, node=node, value=value: value if a is node else a)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a, node=node, value=value: value if a is node else a)
+            graph.erase_node(node)
+    return gm if graph is None else torch.fx.GraphModule(gm, graph)
+
+
+def _exported(frozen, inputs: list, dynamic_shapes):
+    """``torch.export`` of ``frozen`` on ``inputs``. A dimension marked dynamic that the program
+    fixes (``Dim.AUTO`` specializes it, yet leaves a constant ``SymInt`` that TVM's frontend would
+    read as a size named ``64``) is exported again as static."""
+    import torch
+
+    with torch.no_grad():
+        program = torch.export.export(frozen, tuple(inputs), dynamic_shapes=dynamic_shapes)
+    if dynamic_shapes is None:
+        return program
+    user = [n for n in program.graph.nodes if n.op == "placeholder"][-len(inputs):]
+    spec = tuple({d: dim for d, dim in (given or {}).items()
+                  if not (isinstance(node.meta["val"].shape[d], torch.SymInt) and node.meta["val"].shape[d].node.expr.is_number)}
+                 or None for node, given in zip(user, dynamic_shapes[0]))
+    if spec == dynamic_shapes[0]:
+        return program
+    with torch.no_grad():
+        return torch.export.export(frozen, tuple(inputs), dynamic_shapes=(spec,) if any(spec) else None)
+
+
+def _source(node) -> str:
+    """Where dynamo took a placeholder's value from (``L['x']``, ``L['x'].size()[1]``), or ""."""
+    grapharg = node.meta.get("grapharg")
+    return grapharg.source.name if grapharg is not None and grapharg.source is not None else ""
+
+
+def _measured(node, sources: list[str]) -> tuple[int, int]:
+    """(position of the tensor placeholder, dimension) whose size the ``SymInt`` placeholder
+    ``node`` is; :class:`Unsupported` for a size computed otherwise (a stride, an expression)."""
+    found = re.fullmatch(r"(.+)\.size\(\)\[(\d+)\]", _source(node))
+    if found is None or found.group(1) not in sources:
+        raise Unsupported(f"input {node.name} is a size that is not a tensor input's dimension "
+                          f"({_source(node) or 'no source'})")
+    return sources.index(found.group(1)), int(found.group(2))
+
+
+def _dynamic_shapes(gm, state: dict, sizes: dict):
+    """``torch.export``'s ``dynamic_shapes`` for the user inputs (the frozen module's one
+    ``*inputs`` argument): every dimension dynamo made symbolic (a ``SymInt`` in the
+    placeholder's example value) dynamic again; None when none is."""
+    import torch
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    spec, dynamic = [], False
+    for k, node in enumerate(placeholders):
+        if k in state or k in sizes:
+            continue
+        example = node.meta.get("example_value")
+        shape = example.shape if isinstance(example, torch.Tensor) else ()
+        dims = {d: torch.export.Dim.AUTO for d, size in enumerate(shape) if isinstance(size, torch.SymInt)}
+        dynamic |= bool(dims)
+        spec.append(dims or None)
+    return (tuple(spec),) if dynamic else None
 
 
 def _device(tensors):
@@ -152,20 +259,26 @@ def _frozen_module_class():
 
     class Frozen(torch.nn.Module):
         """The captured graph with its module state as this module's buffers, so that
-        ``torch.export`` lifts them as constants and the inputs are the user's only."""
+        ``torch.export`` lifts them as constants, and its sizes read off the tensors they
+        measure: the inputs are the user's tensors only."""
 
-        def __init__(self, gm, state: dict, count: int):
+        def __init__(self, gm, state: dict, sizes: dict, count: int):
             super().__init__()
-            self.gm, self.count = gm, count
+            self.gm, self.count, self.sizes = gm, count, dict(sizes)
             self.slots = sorted(state)
             for k in self.slots:
                 self.register_buffer(f"state_{k}", state[k])
 
         def forward(self, *inputs):
-            args, rest = [], iter(inputs)
+            args, rest = {}, iter(inputs)
             for k in range(self.count):
-                args.append(getattr(self, f"state_{k}") if k in self.slots else next(rest))
-            return self.gm(*args)
+                if k in self.slots:
+                    args[k] = getattr(self, f"state_{k}")
+                elif k not in self.sizes:
+                    args[k] = next(rest)
+            for k, (tensor, dim) in self.sizes.items():
+                args[k] = args[tensor].shape[dim]
+            return self.gm(*[args[k] for k in range(self.count)])
 
     return Frozen
 

@@ -149,11 +149,16 @@ def test_opaque_nodes_verbatim_and_named_once_in_skipped():
 
 
 def _split_and_join_input(bridge):
-    """The bridge's graph with every use of ``x`` reading concat(split(x, axis 0))."""
+    """The bridge's graph with every use of ``x`` reading concat(split(x, axis 0)), the split's
+    index and types those of the priced sizes (as an engine without symbolic sizes made it)."""
+    from tvm_taso.ir import ops
+
     g = bridge.graph.copy()
     x = bridge.refs["x"]
-    halves = g.add("split", [x], {"indices": (1,), "axis": 0})
-    joined = (g.add("concat", [(halves, 0), (halves, 1)], {"axis": 0}), 0)
+    priced = g.type_of(x).at(bridge.sizes.a)
+    split = {"indices": (priced.shape[0] // 2,), "axis": 0}
+    halves = g.add_typed("split", (x,), tuple(sorted(split.items())), tuple(ops.infer("split", [priced], split)))
+    joined = (g.add_typed("concat", ((halves, 0), (halves, 1)), (("axis", 0),), (g.type_of(x),)), 0)
     g.replace_uses({x: joined})
     split = g.nodes[halves]
     g.nodes[halves] = Node(split.op, (x,), split.attrs, split.types, split.payload)  # the split still reads x
@@ -162,8 +167,14 @@ def _split_and_join_input(bridge):
 
 
 def test_rewrite_fixing_a_symbolic_size_is_rejected():
-    """A split along the symbolic batch axis would bake the priced size into the graph."""
+    """A split along the symbolic batch axis at the priced size would bake that size into the
+    graph: the engine does not make one (the split point against ``batch`` is undecided), and
+    one made anyway is rejected when written (inferred again at twice the priced sizes)."""
+    from tvm_taso.ir.dims import Undecidable
+
     bridge = OnnxGraph(tvm_taso.load_onnx(attention(), shapes={"x": (2, 8, D)}))
+    with pytest.raises(Undecidable, match="batch"):
+        bridge.graph.copy().add("split", [bridge.refs["x"]], {"indices": (1,), "axis": 0})
     with pytest.raises(RewriteRejected, match="symbolic"):
         bridge.write(_split_and_join_input(bridge))
     static = OnnxGraph(tvm_taso.load_onnx(attention(batch=2, seq=8)))  # on a static model the split is fine

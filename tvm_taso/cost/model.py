@@ -10,6 +10,7 @@ are folded away before codegen, a lone reshape is a view); a :class:`CostModel` 
 from __future__ import annotations
 
 import abc
+import functools
 from dataclasses import dataclass
 
 from tvm_taso.cost.fusion import Group, partition
@@ -29,7 +30,7 @@ class Kernel:
     def anchor(self) -> str:
         return self.ops[0][0]
 
-    @property
+    @functools.cached_property
     def symbolic(self) -> bool:
         """Whether a type or attribute of the kernel holds a symbolic size."""
         return any(t is not None and t.symbolic for t in self.outputs) or any(
@@ -38,13 +39,7 @@ class Kernel:
 
     def at(self, point) -> "Kernel":
         """The kernel with its symbols at the sizes ``point`` (itself when it has none)."""
-        if not self.symbolic:
-            return self
-        body = tuple((op, tuple((k, dims.value(v, point)) for k, v in attrs),
-                      tuple(("in", o[1].at(point) if o[1] is not None else None) if o[0] == "in" else o
-                            for o in operands))
-                     for op, attrs, operands in self.ops)
-        return Kernel(body, tuple(t.at(point) for t in self.outputs))
+        return _kernel_at(self, point) if self.symbolic else self
 
     def to_json(self) -> dict:
         """Plain data (for the measurement database); :meth:`from_json` inverts it."""
@@ -79,6 +74,14 @@ class Kernel:
         import json
 
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _kernel_at(kernel: Kernel, point) -> Kernel:
+    body = tuple((op, tuple((k, dims.value(v, point)) for k, v in attrs),
+                  tuple(("in", o[1].at(point) if o[1] is not None else None) if o[0] == "in" else o for o in operands))
+                 for op, attrs, operands in kernel.ops)
+    return Kernel(body, tuple(t.at(point) for t in kernel.outputs))
 
 
 def _jsonable(v):

@@ -32,7 +32,7 @@ from onnx import helper, numpy_helper
 from tvm_taso.io.onnx_model import OnnxModel, constant_value
 from tvm_taso.io.onnx_tensors import DETACHED_ELEMENTS, TensorStore, copy_fields, storable_dtype
 from tvm_taso.io.onnx_ops import FLOATS, READERS, emit, emit_conv
-from tvm_taso.ir import ops
+from tvm_taso.ir import dims, ops
 from tvm_taso.ir.graph import Graph, Ref
 from tvm_taso.ir.ops import OpError, TensorType
 
@@ -55,6 +55,76 @@ def tensor_type(entry) -> TensorType | None:
         return None
 
 
+class ModelSizes:
+    """A model's sizes as the engine knows them: each dimension of a tensor that depends on a
+    symbolic input dimension is a symbolic size (:mod:`tvm_taso.ir.dims`): the input's symbol
+    (its ``dim_param``, else ``input[axis]``), a size ONNX's symbolic inference named
+    (``unk__N``; one the engine derived itself, a reshape's ``-1``, replaces it: :meth:`learn`),
+    or a size of its own (``tensor[axis]``). ``a`` and ``b`` hold every symbol's value at the
+    priced sizes and at twice them (where the writer checks new nodes again)."""
+
+    def __init__(self, model: OnnxModel):
+        self.model = model
+        self.a = dict(model.dims)
+        self.b = model.doubled_dims()
+        self.inputs = set(model.dims)
+        self.learned: dict = {}  # a size ONNX made up -> the size the engine derived for it
+
+    def type_of(self, name: str, a: TensorType | None, b: TensorType | None) -> TensorType | None:
+        """The engine type of tensor ``name``, of type ``a`` at the priced sizes and ``b`` at
+        twice them: static where it is the same at both."""
+        if a is None or not self.model.dims:
+            return a
+        entry = self.model.symbolic_types.get(name)
+        onnx_dims = entry[1] if entry is not None and entry[1] is not None and len(entry[1]) == len(a.shape) \
+            else (None,) * len(a.shape)
+        b_dims = b.shape if b is not None and len(b.shape) == len(a.shape) else (None,) * len(a.shape)
+        shape = tuple(da if da == db else self._size(given, f"{name}[{axis}]", da, db)
+                      for axis, (da, db, given) in enumerate(zip(a.shape, b_dims, onnx_dims)))
+        return TensorType(shape, a.dtype)
+
+    def _size(self, given, own: str, at_a: int, at_b: int | None):
+        """The size of a dimension that is ``at_a`` at the priced sizes and ``at_b`` at twice
+        them, ONNX's inference having named it ``given`` (or not: None)."""
+        if dims.is_symbolic(given) and self.holds(given, at_a, at_b):
+            return given  # a size over the inputs' symbols
+        if isinstance(given, str) and at_b is not None:
+            if given in self.learned:
+                if self.holds(self.learned[given], at_a, at_b):
+                    return self.learned[given]
+            elif given in self.inputs:
+                if (self.a[given], self.b[given]) == (at_a, at_b):
+                    return dims.symbol(given)
+            elif (self.a.setdefault(given, at_a), self.b.setdefault(given, at_b)) == (at_a, at_b):
+                return dims.symbol(given)
+        self.a[own] = at_a
+        if at_b is not None:
+            self.b[own] = at_b
+        return dims.symbol(own)
+
+    def holds(self, size, at_a: int, at_b: int | None) -> bool:
+        """Whether ``size`` is ``at_a`` at the priced sizes and ``at_b`` (unless None) at twice them."""
+        try:
+            return dims.value(size, self.a) == at_a and (at_b is None or dims.value(size, self.b) == at_b)
+        except KeyError:  # a size of its own, with no value at twice the priced sizes
+            return False
+
+    def learn(self, name: str, derived: TensorType) -> None:
+        """The engine derived ``derived`` for tensor ``name``: a size ONNX's inference made up
+        for it is that size from now on (what reads the tensor later knows it)."""
+        entry = self.model.symbolic_types.get(name)
+        if entry is None or entry[1] is None or len(entry[1]) != len(derived.shape):
+            return
+        for given, size in zip(entry[1], derived.shape):
+            if isinstance(given, str) and given not in self.inputs and given not in self.learned \
+                    and dims.is_symbolic(size):
+                self.learned[given] = size
+
+    def points(self) -> tuple:
+        """The graph's priced point (:attr:`Graph.sizes`), or () for a static model."""
+        return (tuple(sorted(self.a.items())),) if self.model.dims else ()
+
+
 class ReadContext:
     """What a reader of :mod:`.onnx_ops` sees: refs, types and constant values by ONNX name."""
 
@@ -67,7 +137,7 @@ class ReadContext:
         return self.refs[name]
 
     def ty(self, name: str) -> TensorType:
-        return self.bridge.type_a(name)
+        return self.bridge.type_s(name)
 
     def symbolic(self, name: str) -> tuple[bool, ...]:
         return self.bridge.symbolic(name)
@@ -97,6 +167,8 @@ class OnnxGraph:
     def __init__(self, model: OnnxModel, frozen=frozenset()):
         self.model, self.frozen = model, frozenset(frozen)
         self.proto = model.structure
+        self.sizes = ModelSizes(model)
+        self._types: dict[str, TensorType | None] = {}
         g = self.graph = Graph()
         self.refs: dict[str, Ref] = {}  # ONNX tensor name -> engine ref
         self.owner: dict[int, int] = {}  # engine node id -> index of the ONNX node it came from
@@ -112,7 +184,7 @@ class OnnxGraph:
         self.quantized = _quantized_boundary(self.proto.graph)
         overridable = {i.name for i in self.proto.graph.input}
         for inp in self.proto.graph.input:
-            self.refs[inp.name] = (g.add_leaf("input", self.type_a(inp.name), inp.name, key=inp.name), 0)
+            self.refs[inp.name] = (g.add_leaf("input", self.type_s(inp.name), inp.name, key=inp.name), 0)
         for name in self._inits:
             if name not in overridable:
                 self.refs[name] = (g.add_leaf("const", self.type_a(name), (self.constant(name), name), key=name), 0)
@@ -137,6 +209,7 @@ class OnnxGraph:
         self.attribute_inputs = [n for n in dict.fromkeys(self._attribute_inputs()) if n not in self.required]
         g.outputs = [self.refs[n] for n in self.required + self.attribute_inputs]
         g.prune()
+        g.sizes = self.sizes.points()
         self.original = g.copy()
 
     # -- types --------------------------------------------------------------------------------
@@ -145,6 +218,13 @@ class OnnxGraph:
 
     def type_b(self, name: str) -> TensorType | None:
         return tensor_type(self.model.doubled_types.get(name))
+
+    def type_s(self, name: str) -> TensorType | None:
+        """The engine's type of ``name``: symbolic where it depends on a symbolic dimension
+        (:class:`ModelSizes`), its value at the priced sizes :meth:`type_a`."""
+        if name not in self._types:
+            self._types[name] = self.sizes.type_of(name, self.type_a(name), self.type_b(name))
+        return self._types[name]
 
     def symbolic(self, name: str) -> tuple[bool, ...]:
         """Per dimension of ``name``: does its size depend on a symbolic input dimension?"""
@@ -221,7 +301,7 @@ class OnnxGraph:
             if reason:
                 self.reasons.setdefault(what, reason)
         operands = [self.refs[n] for n in list(node.input) + _implicit_inputs(node) if n in self.refs]
-        nid = g.add_opaque(tuple(operands), tuple(self.type_a(n) if n else None for n in node.output), idx)
+        nid = g.add_opaque(tuple(operands), tuple(self.type_s(n) if n else None for n in node.output), idx)
         return [(nid, i) for i in range(len(node.output))]
 
     def _read_known(self, idx: int, node) -> list:
@@ -236,8 +316,14 @@ class OnnxGraph:
             return self._evaluate(idx, node, reader, operands, at)
         refs = reader(ReadContext(self, self.graph, self.refs), node, at)
         for name, ref in zip(node.output, refs):
-            if name and self.graph.type_of(ref) != self.type_a(name):
-                raise OpError(f"engine type {self.graph.type_of(ref)} differs from ONNX's {self.type_a(name)}")
+            derived, a, b = self.graph.type_of(ref), self.type_a(name), self.type_b(name)
+            if name and (derived.dtype != a.dtype or len(derived.shape) != len(a.shape) or not all(
+                    self.sizes.holds(d, x, y) for d, x, y in zip(derived.shape, a.shape,
+                                                                  b.shape if b is not None else [None] * len(a.shape)))):
+                raise OpError(f"engine type {derived} differs from ONNX's {a}")
+            if name:
+                self.sizes.learn(name, derived)
+                self._types[name] = derived
         return list(refs)
 
     def _evaluate(self, idx: int, node, reader, operands: list[str], at: dict) -> list:
@@ -526,8 +612,9 @@ class _Writer:
         return self.type_b.get(ref)
 
     def _check_dynamic(self, nid: int) -> None:
-        """Infer the new node ``nid`` again at twice the priced sizes: one whose attributes fix a
-        symbolic size (a reshape through it, a split along it) is rejected."""
+        """Infer the new node ``nid`` again at twice the priced sizes, its attributes' symbolic
+        sizes there too: one whose types there are not its symbolic types' values (attributes
+        that fix a symbolic size: a reshape or split written with the priced sizes) is rejected."""
         node = self.g.nodes[nid]
         if (nid, 0) in self.type_b:
             return
@@ -535,16 +622,14 @@ class _Writer:
             self.type_b.update({(nid, i): t for i, t in enumerate(node.types)})
             return
         ins = [self._b(r) for r in node.inputs]
+        point = self.bridge.sizes.b
         try:
             if any(t is None for t in ins):
                 raise OpError("an operand of unknown size")
-            outs = ops.infer(node.op, ins, node.attr)
-            if node.op not in ops.OPS or ops.OPS[node.op].kind == ops.VIEW or node.op == "split":
-                axis = node.attr.get("axis")
-                a = self.g.type_of(node.inputs[0])
-                if (ins[0] != a) if axis is None else (ins[0].shape[axis] != a.shape[axis]):
-                    raise OpError("its attributes hold the size")
-        except OpError as err:
+            outs = ops.infer(node.op, ins, {k: dims.value(v, point) for k, v in node.attr.items()})
+            if [t.shape for t in outs] != [dims.value(t.shape, point) for t in node.types]:
+                raise OpError("its attributes hold the size")
+        except (OpError, KeyError) as err:
             raise RewriteRejected([nid], f"{node.op} would fix a symbolic size ({err})") from None
         self.type_b.update({(nid, i): t for i, t in enumerate(outs)})
 

@@ -203,6 +203,14 @@ def real_inputs(proto: onnx.ModelProto) -> list:
     return [i for i in proto.graph.input if i.name not in inits]
 
 
+def input_symbols(proto: onnx.ModelProto) -> dict[str, tuple]:
+    """The shapes of the real inputs with each symbolic dimension as the name it is bound by
+    (:func:`bind_dims`), static ones as ints."""
+    return {inp.name: tuple(d.dim_value if _static(d) else _symbol(inp, axis, d)
+                            for axis, d in enumerate(inp.type.tensor_type.shape.dim))
+            for inp in real_inputs(proto) if inp.type.HasField("tensor_type")}
+
+
 def input_shapes(proto: onnx.ModelProto, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
     """Static shapes of the real inputs with the symbolic dimensions at the sizes ``dims``."""
     result = {}

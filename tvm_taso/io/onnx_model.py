@@ -10,6 +10,7 @@ twice them. A dimension whose size differs between the two depends on a symbolic
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 from contextlib import contextmanager
@@ -24,8 +25,9 @@ from onnx import external_data_helper, helper, numpy_helper
 from tvm_taso.errors import InputError, first_line
 from tvm_taso.files import TEMP_PREFIX, write_all
 from tvm_taso.io import onnx_tensors
-from tvm_taso.io.onnx_import import bind_dims, input_shapes, read_detached, read_model
+from tvm_taso.io.onnx_import import bind_dims, input_shapes, input_symbols, read_detached, read_model
 from tvm_taso.io.onnx_tensors import TensorStore, attach
+from tvm_taso.ir import dims
 
 log = logging.getLogger("tvm_taso.io")
 
@@ -108,6 +110,28 @@ class OnnxModel:
     def doubled_types(self) -> dict[str, tuple[int, tuple | None]]:
         """:attr:`types` with every symbolic dimension at twice its priced size."""
         return self._doubled.types
+
+    @cached_property
+    def symbolic_types(self) -> dict[str, tuple[int, tuple | None]]:
+        """``{tensor name: (ONNX element type, shape)}`` inferred with the inputs' symbolic
+        dimensions kept: a dimension is an int, a symbolic size over the inputs' symbols (the
+        names they are priced under, :mod:`tvm_taso.ir.dims`), the name of a size inference
+        made up (``unk__N``), or None. onnxruntime's symbolic shape inference (which follows
+        shape code: ``Shape -> Gather -> Concat -> Reshape``, ``Expand``, ``Slice``) where
+        onnxruntime is installed and it succeeds without merging sizes it cannot prove equal,
+        else ONNX's own (with data propagation). Empty for a model without symbolic dimensions."""
+        if not self.dims:
+            return {}
+        symbols = input_symbols(self.structure)
+        found = _onnxruntime_symbolic_types(self.structure, symbols)
+        if found is not None:
+            return found
+        try:
+            inferred = onnx.shape_inference.infer_shapes(_skeleton(self.structure, symbols), data_prop=True)
+        except Exception as err:  # noqa: BLE001 - inference raises several types
+            log.info("%s: symbolic shape inference failed (%s)", self.name, first_line(err))
+            return {}
+        return _collect(inferred, symbolic=True)
 
     @cached_property
     def known_values(self) -> dict[str, np.ndarray]:
@@ -370,14 +394,16 @@ def value_types(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
     return types
 
 
-def _collect(model: onnx.ModelProto) -> dict[str, tuple[int, tuple | None]]:
+def _collect(model: onnx.ModelProto, symbolic: bool = False) -> dict[str, tuple[int, tuple | None]]:
+    """Every typed value of ``model``'s main graph: (element type, shape); a dimension without
+    a value is None, or with ``symbolic`` its ``dim_param`` when it has one."""
     types: dict[str, tuple[int, tuple | None]] = {}
     g = model.graph
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         if vi.type.HasField("tensor_type"):
             tt = vi.type.tensor_type
-            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim) \
-                if tt.HasField("shape") else None
+            shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) if symbolic else None
+                          for d in tt.shape.dim) if tt.HasField("shape") else None
             if vi.name not in types or (types[vi.name][1] is None and shape is not None):
                 types[vi.name] = (tt.elem_type, shape)
     return types
@@ -394,6 +420,72 @@ def _onnxruntime_types(skeleton: onnx.ModelProto) -> dict[str, tuple[int, tuple 
     except Exception as err:  # noqa: BLE001 - it raises on ops it does not know
         log.info("onnxruntime's symbolic shape inference failed (%s)", (str(err).splitlines() or [""])[0])
         return {}
+
+
+def _onnxruntime_symbolic_types(proto: onnx.ModelProto, symbols: dict[str, tuple]) -> dict | None:
+    """:attr:`OnnxModel.symbolic_types` by onnxruntime's symbolic shape inference (its sizes
+    are SymPy expressions, read into sizes by :func:`_size_of`), or None without onnxruntime or
+    when it fails. It runs without ``auto_merge``: sizes it cannot prove equal stay apart (the
+    inference fails rather than assume them equal)."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        return None
+    names = sorted({d for shape in symbols.values() for d in shape if isinstance(d, str)})
+    safe = {name: f"tvm_taso_size_{k}" for k, name in enumerate(names)}  # identifiers SymPy parses
+    skeleton = _skeleton(proto, {inp: tuple(safe.get(d, d) for d in shape) for inp, shape in symbols.items()})
+    try:
+        with _native_output_logged():
+            inferred = SymbolicShapeInference.infer_shapes(skeleton, auto_merge=False)
+    except Exception as err:  # noqa: BLE001 - it raises on ops it does not know, and on conflicts
+        log.info("onnxruntime's symbolic shape inference failed (%s)", first_line(err))
+        return None
+    original = {v: k for k, v in safe.items()}
+    return {name: (elem, tuple(_size_of(d, original) for d in shape) if shape is not None else None)
+            for name, (elem, shape) in _collect(inferred, symbolic=True).items()}
+
+
+def _size_of(dim, names: dict[str, str]):
+    """A dimension onnxruntime's inference wrote (an int, or the text of a SymPy expression
+    over the identifiers ``names`` maps to the model's symbols) as a size: an int, a symbolic
+    size, the name of a size it made up, or None for an expression sizes do not model."""
+    if dim is None or isinstance(dim, int):
+        return dim
+    import sympy
+
+    try:
+        expr = sympy.sympify(dim, locals={k: sympy.Symbol(k) for k in names})
+    except (sympy.SympifyError, TypeError, SyntaxError):
+        return None
+    if expr.is_Symbol and expr.name not in names:
+        return expr.name
+    return _from_sympy(expr, names)
+
+
+def _from_sympy(expr, names: dict[str, str]):
+    """``expr`` (integer arithmetic over the symbols in ``names``) as a size, or None."""
+    import sympy
+
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return dims.symbol(names[expr.name]) if expr.name in names else None
+    if isinstance(expr, sympy.floor) and isinstance(expr.args[0], sympy.Mul):
+        numerator, denominator = sympy.fraction(sympy.together(expr.args[0]))
+        a, b = _from_sympy(numerator, names), _from_sympy(denominator, names)
+        return None if a is None or not isinstance(b, int) or b <= 0 else a // b
+    if isinstance(expr, sympy.Mod):
+        a, b = (_from_sympy(x, names) for x in expr.args)
+        return None if a is None or not isinstance(b, int) or b <= 0 else a % b
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+        base = _from_sympy(expr.base, names)
+        return None if base is None else math.prod([base] * int(expr.exp), start=1)
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        parts = [_from_sympy(x, names) for x in expr.args]
+        if any(p is None for p in parts):
+            return None
+        return sum(parts[1:], parts[0]) if isinstance(expr, sympy.Add) else math.prod(parts, start=1)
+    return None
 
 
 def _skeleton(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:

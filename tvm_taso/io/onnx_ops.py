@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from tvm_taso.io import onnx_opset
+from tvm_taso.ir import dims
 from tvm_taso.ir.ops import OpError
 
 FLOATS = ("float16", "float32", "float64")
@@ -175,12 +176,35 @@ def _transpose(r, node, at):
     return [r.add("permute_dims", [r.ref(node.input[0])], {"axes": perm})]
 
 
-def _static_reshape(r, node, at):
-    if any(r.symbolic(node.input[0])) or any(r.symbolic(node.output[0])):
-        raise OpError("reshape with a symbolic dimension")
-    if node.op_type == "Reshape" and r.const(node.input[1]) is None:
-        raise OpError("shape computed at run time")
-    return [r.add("reshape", [r.ref(node.input[0])], {"shape": r.ty(node.output[0]).shape})]
+def _reshape(r, node, at):
+    """A Reshape or Flatten as the engine's reshape, its target in symbolic sizes where the
+    input has them: a Flatten's from the input's shape, a Reshape's from its constant target
+    (``0`` copies the input's size, ``-1`` takes what is left) or, for a target the model
+    computes, from the output's type."""
+    x = r.ty(node.input[0])
+    if node.op_type == "Flatten":
+        axis = int(at.get("axis", 1)) % (len(x.shape) + 1)
+        shape = (math.prod(x.shape[:axis], start=1), math.prod(x.shape[axis:], start=1))
+    elif r.const(node.input[1]) is not None:
+        shape = _reshape_target(x.shape, [int(v) for v in r.const(node.input[1]).reshape(-1)],
+                                bool(at.get("allowzero", 0)))
+    else:
+        shape = r.ty(node.output[0]).shape
+    return [r.add("reshape", [r.ref(node.input[0])], {"shape": tuple(shape)})]
+
+
+def _reshape_target(source: tuple, target: list[int], allowzero: bool) -> tuple:
+    """ONNX Reshape's ``target`` for an input of shape ``source``, ``0`` and ``-1`` resolved."""
+    shape = [source[k] if v == 0 and not allowzero else v for k, v in enumerate(target)]
+    if any(isinstance(d, int) and d < -1 for d in shape) or sum(isinstance(d, int) and d == -1 for d in shape) > 1:
+        raise OpError(f"reshape target {target}")
+    if -1 in [d for d in shape if isinstance(d, int)]:
+        known = math.prod([d for d in shape if not (isinstance(d, int) and d == -1)], start=1)
+        total = math.prod(source, start=1)
+        if known == 0 or total % known:
+            raise OpError(f"reshape target {target} does not divide the input's size")
+        shape = [total // known if isinstance(d, int) and d == -1 else d for d in shape]
+    return tuple(shape)
 
 
 def _softmax(r, node, at):
@@ -267,8 +291,8 @@ READERS = {
     "Concat": (_concat, None),
     "Split": (_split, (0,)),
     "Transpose": (_transpose, None),
-    "Reshape": (_static_reshape, (0,)),
-    "Flatten": (_static_reshape, None),
+    "Reshape": (_reshape, (0,)),
+    "Flatten": (_reshape, None),
     "Softmax": (_softmax, None),
     "LayerNormalization": (_layer_norm, None),
     "BatchNormalization": (_batch_norm, None),
@@ -332,7 +356,12 @@ def _emit_split(w, node, ins, outs):
     at = node.attr
     dim = w.type_of(node.inputs[0]).shape[at["axis"]]
     points = (0,) + tuple(at["indices"]) + (dim,)
-    spelling = onnx_opset.split(w.opset, [b - a for a, b in zip(points, points[1:])])
+    sizes = [b - a for a, b in zip(points, points[1:])]
+    if dims.is_symbolic(sizes):
+        if not all(dims.equal_proved(s, sizes[0]) for s in sizes):
+            raise OpError("a split along a symbolic size into unequal parts")
+        sizes = len(sizes)  # equal parts: ONNX divides the dimension evenly
+    spelling = onnx_opset.split(w.opset, sizes)
     inputs = [ins[0], *(w.constant(sizes, "split") for sizes in spelling.inputs)]
     w.node("Split", inputs, outs, axis=at["axis"], **spelling.attributes)
 
@@ -342,7 +371,21 @@ def _emit_transpose(w, node, ins, outs):
 
 
 def _emit_reshape(w, node, ins, outs):
-    w.node("Reshape", [ins[0], w.constant(np.asarray(node.attr["shape"], np.int64), "shape")], outs)
+    """A Reshape to a constant target: a symbolic size is written ``0`` where it is the input's
+    size on that axis, and one more ``-1`` (what the others leave); any other target has no
+    constant form, and the rewrite is not applied."""
+    source = w.type_of(node.inputs[0]).shape
+    target = []
+    for k, d in enumerate(node.attr["shape"]):
+        if not dims.is_symbolic(d):
+            target.append(int(d))
+        elif k < len(source) and dims.equal_proved(d, source[k]):
+            target.append(0)
+        elif -1 not in target:
+            target.append(-1)
+        else:
+            raise OpError("a reshape to two symbolic sizes the input does not have in place")
+    w.node("Reshape", [ins[0], w.constant(np.asarray(target, np.int64), "shape")], outs)
 
 
 def _emit_pad(w, node, ins, outs):

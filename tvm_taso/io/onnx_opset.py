@@ -22,6 +22,7 @@ PAD_INPUTS_SINCE = 11  # Pad's pads and constant value are inputs, no longer att
 SOFTMAX_ONE_AXIS_SINCE = 13  # Softmax normalizes along `axis` alone (default -1), no longer over
 #                              the flattened axes from `axis` on (default 1)
 SPLIT_SIZES_INPUT_SINCE = 13  # Split's sizes are an input, no longer the `split` attribute
+SPLIT_NUM_OUTPUTS_SINCE = 18  # Split without sizes needs `num_outputs` (before: as many as outputs)
 LAYER_NORMALIZATION_OP_SINCE = 17  # LayerNormalization is an op
 GELU_OP_SINCE = 20  # Gelu is an op; before, it is written as the arithmetic of its formula
 # the Reduce ops' axes are an input, no longer an attribute (ReduceSum went first)
@@ -77,7 +78,10 @@ def pad(opset: int, begins, ends, value, dtype) -> Spelling:
 
 
 def split(opset: int, sizes) -> Spelling:
-    """Split's output ``sizes`` along its axis at ``opset``."""
+    """Split's output ``sizes`` along its axis at ``opset``; ``sizes`` an int: that many equal
+    parts (sizes of a symbolic dimension: none is written, the dimension is divided evenly)."""
+    if isinstance(sizes, int):
+        return Spelling([], {"num_outputs": sizes} if opset >= SPLIT_NUM_OUTPUTS_SINCE else {})
     if opset >= SPLIT_SIZES_INPUT_SINCE:
         return Spelling([np.asarray(sizes, np.int64)], {})
     return Spelling([], {"split": [int(s) for s in sizes]})

@@ -377,10 +377,10 @@ def differ(a, b) -> bool:
 
 
 def is_symbolic(x) -> bool:
-    """Whether ``x`` (a size, or a tuple of them, nested) holds a symbol."""
+    """Whether ``x`` (a size, or a tuple or list of them, nested) holds a symbol."""
     if isinstance(x, SymDim):
         return True
-    return isinstance(x, tuple) and any(is_symbolic(v) for v in x)
+    return isinstance(x, (tuple, list)) and any(is_symbolic(v) for v in x)
 
 
 def symbols_of(x) -> frozenset:

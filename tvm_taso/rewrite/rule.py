@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvm_taso.files import InputFileError, read_regular_file
-from tvm_taso.ir import ops
+from tvm_taso.ir import dims, ops
 
 log = logging.getLogger("tvm_taso")
 
@@ -163,8 +163,8 @@ FUNCTIONS = {
     "-": lambda a, b: a - b,
     "*": lambda a, b: a * b,
     "//": lambda a, b: a // b,
-    "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
+    "=": dims.equal,  # with symbolic sizes: decided for every size, else Undecidable (false)
+    "!=": dims.differ,
     "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b,
     ">": lambda a, b: a > b,
