@@ -12,9 +12,11 @@ class TasoOptimize:
     Every Relax function's dataflow blocks are split into regions and searched (best-first,
     TASO's backtracking search) with the rule library; the cheapest graph under the cost model
     replaces each block, and weight-only subexpressions are folded to constants. Code the
-    optimizer does not understand (unknown ops, symbolic shapes, non-dataflow blocks) is left
-    as it was, with one :class:`~tvm_taso.driver.TasoSkippedWarning` naming it; an internal
-    failure keeps the original function, so the pass never fails a pipeline.
+    optimizer does not understand (unknown ops, non-dataflow blocks) is left as it was, with one
+    :class:`~tvm_taso.driver.TasoSkippedWarning` naming it; an internal failure keeps the
+    original function, so the pass never fails a pipeline. Symbolic shapes (a sequence length)
+    stay symbolic: the search prices them at representative sizes (``shapes``) and keeps only
+    rewrites that hold for every size and pay at each priced one.
 
     Parameters
     ----------
@@ -33,6 +35,9 @@ class TasoOptimize:
         ``"auto"``; see :func:`tvm_taso.optimize`.
     workers : processes searching regions (default: the cores this process may use); the
         result is the same as with one.
+    shapes : sizes to price symbolic dimensions at, ``{"seq_len": [1, 128, 2048]}``; default
+        each function's ``tir_var_lower_bound`` / ``tir_var_upper_bound``, else 1 and 128
+        (see :func:`tvm_taso.optimize`).
 
     Options out of range and unknown targets raise ValueError (one line) here, at
     construction; what happens inside a pipeline never fails it.
@@ -41,8 +46,9 @@ class TasoOptimize:
     """
 
     def __init__(self, target=None, *, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0,
-                 guard=False, region_size=32, min_gain=1e-6, search="backtrack", workers=None):
+                 guard=False, region_size=32, min_gain=1e-6, search="backtrack", workers=None, shapes=None):
         from tvm_taso import target as targets
+        from tvm_taso.ir import dims
         from tvm_taso.search import SearchOptions, check_search
 
         self.options = SearchOptions(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size,
@@ -52,11 +58,12 @@ class TasoOptimize:
         self.rules = rules
         self.cost_model = cost_model
         self.guard = guard
+        self.shapes = dims.checked_sizes(shapes)
         self.last_report = None
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         from tvm_taso.driver import optimize
 
         new_mod, self.last_report = optimize(mod, self.target, rules=self.rules, cost_model=self.cost_model,
-                                             guard=self.guard, options=self.options)
+                                             guard=self.guard, options=self.options, shapes=self.shapes)
         return new_mod

@@ -97,10 +97,9 @@ class TasoBackend:
         import torch
         import tvm
         from tvm import relax
-        from tvm.relax.frontend.torch import from_exported_program
-
         from tvm_taso import target as targets
         from tvm_taso.driver import TasoSkippedWarning, optimize
+        from tvm_taso.io.torch_import import import_program
         from tvm_taso.passes.pipeline import build_pipeline
 
         state, sizes = placeholders
@@ -109,7 +108,7 @@ class TasoBackend:
         device = _device(inputs + list(state.values()))
         frozen = _frozen_module_class()(_scalars_baked_in(gm, state), state, sizes, len(args))
         program = _exported(frozen, inputs, _dynamic_shapes(gm, state, sizes))
-        mod = from_exported_program(program, keep_params_as_input=False)
+        mod = import_program(program, "the captured graph")
         target = self.target or targets.resolve("cuda" if device.type == "cuda" else "llvm")
         with warnings.catch_warnings():  # said once, below, if at all
             warnings.simplefilter("ignore", TasoSkippedWarning)

@@ -118,9 +118,59 @@ def resnet_bottleneck(size: int = 14, channels: int = 64, seed: int = 0) -> tvm.
     return _module({"x": (1, channels, size, size)}, body, seed)
 
 
+def llama_decoder(seq="seq_len", layers: int = 2, hidden: int = 256, heads: int = 4, intermediate: int = 512,
+                  seed: int = 0) -> tvm.IRModule:
+    """A Llama-style decoder as TVM's own LLM stacks write one, with ``tvm.relax.frontend.nn``:
+    per layer RMSNorm, separate Q, K and V projections (no bias), attention, output projection,
+    RMSNorm and a SwiGLU MLP with separate gate and up projections. Its input is ``x: (1, seq,
+    hidden)``, ``seq`` a symbolic length (a name) or a size; weights random, bound as constants."""
+    from tvm.relax.frontend import nn
+
+    class Attention(nn.Module):
+        def __init__(self):
+            self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(hidden, hidden, bias=False)
+                                                                  for _ in range(4))
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            q, k, v = (nn.reshape(p(x), (b, n, heads, hidden // heads)) for p in (self.q_proj, self.k_proj,
+                                                                                  self.v_proj))
+            return self.o_proj(nn.reshape(nn.scaled_dot_product_attention(q, k, v), (b, n, hidden)))
+
+    class Layer(nn.Module):
+        def __init__(self):
+            self.input_norm = nn.RMSNorm(hidden, -1, 1e-5, bias=False)
+            self.attn = Attention()
+            self.post_norm = nn.RMSNorm(hidden, -1, 1e-5, bias=False)
+            self.gate_proj, self.up_proj = (nn.Linear(hidden, intermediate, bias=False) for _ in range(2))
+            self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+        def forward(self, x):
+            x = x + self.attn(self.input_norm(x))
+            h = self.post_norm(x)
+            return x + self.down_proj(nn.silu(self.gate_proj(h)) * self.up_proj(h))
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            self.layers = nn.ModuleList([Layer() for _ in range(layers)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    mod, params = Decoder().export_tvm(spec={"forward": {"x": nn.spec.Tensor([1, seq, hidden], "float32")}})
+    rng = np.random.default_rng(seed)
+    weights = {name: tvm.runtime.tensor((rng.standard_normal([int(d) for d in p.shape]) * 0.05).astype("float32"))
+               for name, p in params}
+    func = relax.transform.BindParams("forward", weights)(mod)["forward"]
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
 EXAMPLES = {
     "qkv": parallel_matmuls,
     "inception": inception_block,
     "conv-bn-relu": conv_bn_relu,
     "bottleneck": resnet_bottleneck,
+    "llama": llama_decoder,
 }

@@ -37,6 +37,12 @@ def add_model_commands(sub) -> None:
     ex.add_argument("--show", action="store_true", help="print the optimized Relax module")
     ex.set_defaults(func=cmd_example)
 
+    def sizes_arg(sp):
+        sp.add_argument("--sizes", action="append", metavar="SYMBOL=1,128,2048",
+                        help="sizes to price a symbolic dimension of a .pt2 at (repeatable; the names the report's "
+                        "priced_sizes gives); default its bounds, else 1 and 128. A rewrite is kept only when it "
+                        "pays at every size")
+
     def model_args(sp):
         sp.add_argument("input", help="the ONNX model, or a saved torch.export program (.pt2)")
         sp.add_argument("--target", default="llvm", help="llvm, cuda, a JSON target, or ort[:provider][,key=value...] "
@@ -55,6 +61,7 @@ def add_model_commands(sub) -> None:
                          "through TVM's PyTorch frontend and is written as the optimized Relax module "
                          "(tvm.ir.save_json; load it with tvm.ir.load_json); --check compares it with eager PyTorch.")
     model_args(opt)
+    sizes_arg(opt)
     opt.add_argument("-o", "--output", required=True, help="where to write the optimized ONNX model")
     opt.add_argument("--rpc", metavar="HOST:PORT/KEY",
                      help="measure kernels on remote devices through TVM's RPC (--cost rpc): a tracker and the key "
@@ -85,6 +92,7 @@ def add_model_commands(sub) -> None:
 
     comp = sub.add_parser("compile", help="compile an ONNX model with TVM (TasoOptimize in the pipeline)")
     model_args(comp)
+    sizes_arg(comp)
     comp.add_argument("-o", "--output", required=True, help="the shared library to write (OUT.so)")
     comp.add_argument("--no-taso", action="store_true", help="compile without TasoOptimize")
     comp.set_defaults(func=cmd_compile)
@@ -196,6 +204,27 @@ def _shapes(args) -> dict:
     return dict(parse_shape(s) for s in args.shape or [])
 
 
+def _sizes(args) -> dict:
+    """``--sizes SYMBOL=S1,S2,...`` as ``{symbol: (sizes)}``; one line for a bad one, or for
+    sizes given for an ONNX model (it is priced at its ``--shape``)."""
+    from tvm_taso.io.torch_import import is_program_path
+    from tvm_taso.ir import dims
+
+    given = {}
+    for text in getattr(args, "sizes", None) or []:
+        name, sep, values = text.partition("=")
+        try:
+            given[name] = [int(v) for v in values.split(",")] if sep and name else None
+            if given[name] is None:
+                raise ValueError
+            dims.checked_sizes({name: given[name]})
+        except ValueError:
+            raise InputError(f"--sizes {text}: give SYMBOL=SIZE,SIZE,... with positive sizes") from None
+    if given and not is_program_path(args.input):
+        raise InputError("--sizes: an ONNX model is priced at the sizes --shape gives its inputs")
+    return given
+
+
 def _rules(args):
     import tvm_taso
     from tvm_taso.rewrite.rule import RuleSyntaxError
@@ -225,6 +254,8 @@ def _cost_model(name: str, target, rpc=None):
 def cmd_example(args) -> int:
     import tvm_taso
     from tvm_taso import examples
+    from tvm_taso.cli.checking import check_sizes
+    from tvm_taso.ir import dims
     from tvm_taso.numerics import TOLERANCE
     from tvm_taso.numerics import relative_error
     from tvm_taso.runtime import inputs_for, run
@@ -248,12 +279,14 @@ def cmd_example(args) -> int:
     print(f"model            {args.model} ({len(mod['main'].body.blocks[0].bindings)} bindings), "
           f"priced for {target}")
     _print_summary(report)
-    inputs = inputs_for(mod)
+    sizes = check_sizes(mod)  # a model with symbolic sizes runs at two of them, on one build
+    inputs = [inputs_for(mod, sizes=at) for at in sizes]
     t0 = time.perf_counter()
-    err = relative_error(run(mod, inputs), run(new, inputs))
-    report["check"] = {"max_relative_error": err, "seconds": time.perf_counter() - t0}
+    err = max(relative_error(a, b) for a, b in zip(run(mod, inputs), run(new, inputs)))
+    report["check"] = {"max_relative_error": err, "seconds": time.perf_counter() - t0, "sizes": sizes}
     ok = err <= TOLERANCE
-    print(f"outputs on llvm  max relative error {err:.2e} ({'ok' if ok else 'MISMATCH'})")
+    at = "" if sizes == [{}] else " at " + " and ".join(dims.point_text(sorted(s.items())) for s in sizes)
+    print(f"outputs on llvm  max relative error {err:.2e}{at} ({'ok' if ok else 'MISMATCH'})")
     if args.show:
         print(new.script(show_meta=False))
     if args.json:
@@ -270,7 +303,7 @@ def cmd_optimize(args) -> int:
     target = _target(args.target, runtime_ok=True)
     paths = {"-o": args.output, "--report": args.report, "--html": args.html}
     _check_outputs(args, **paths)
-    shapes, rules = _shapes(args), _rules(args)  # bad input before any work
+    shapes, sizes, rules = _shapes(args), _sizes(args), _rules(args)  # bad input before any work
     cost_model = _cost_model(args.cost, target, args.rpc)
     _quiet_skips()
     source = _read_source(args, shapes, paths)
@@ -287,6 +320,7 @@ def cmd_optimize(args) -> int:
         guard=args.guard or None,  # None: the target's default (on for onnxruntime)
         search=args.search,
         workers=args.workers,
+        shapes=sizes,
     )
     if args.check:
         _step(f"checking outputs on random inputs ({source.check_how})")
@@ -377,8 +411,15 @@ def _read_source(args, shapes: dict, paths: dict):
 
 
 def _print_summary(report: dict) -> None:
+    from tvm_taso.ir import dims
+
     print(f"estimated cost   {report['cost_before']:.2f} us -> {report['cost_after']:.2f} us "
-          f"({report['speedup_estimate']:.2f}x, {report['cost_model']['name']})")
+          f"({report['speedup_estimate']:.2f}x, {report['cost_model']['name']})"
+          + (" summed over the sizes below" if report.get("cost_at_sizes") else ""))
+    for row in report.get("cost_at_sizes", []):
+        print(f"  at {dims.point_text(sorted(row['sizes'].items())):<13} {row['before']:.2f} us -> {row['after']:.2f} us")
+    for name, priced in sorted(report.get("priced_sizes", {}).items()):
+        print(f"symbolic size    {name} priced at {', '.join(map(str, priced['sizes']))} (from {priced['from']})")
     refused = report.get("rules_refused", [])
     late = sum(r["reason"] == "not checked within the time limit" for r in refused)
     if refused or report.get("rules_check_seconds", 0) >= 0.1:
@@ -406,15 +447,15 @@ def _print_summary(report: dict) -> None:
 
 def cmd_compile(args) -> int:
     import tvm
-    from tvm import relax
 
-    import tvm_taso  # noqa: F401 - registers the "taso" pipeline
     from tvm_taso import target as targets
     from tvm_taso.io.onnx_import import import_relax
     from tvm_taso.io.torch_import import is_program_path
+    from tvm_taso.passes.pipeline import taso_pipeline
 
     target = _target(args.target)
     _check_outputs(args, **{"-o": args.output})
+    sizes = _sizes(args)
     try:
         mod = _ProgramSource(args, _shapes(args)).model if is_program_path(args.input) \
             else import_relax(args.input, shapes=_shapes(args))
@@ -423,7 +464,7 @@ def cmd_compile(args) -> int:
             raise
         raise InputError(f"{err}. `tvm-taso compile` needs TVM's importer; `tvm-taso optimize` still optimizes the "
                          "model as ONNX (run it in onnxruntime), or re-export it with static shapes") from None
-    pipeline = "default" if args.no_taso else relax.get_pipeline("taso")
+    pipeline = "default" if args.no_taso else taso_pipeline(shapes=sizes)
     _step(f"compiling for {target}" + ("" if args.no_taso else " with TasoOptimize"))
     ex = tvm.compile(mod, target=targets.parse(target), relax_pipeline=pipeline)
     write_atomically(args.output, ex.export_library)

@@ -13,6 +13,7 @@ from tvm import relax
 from tvm_taso.driver.block import SearchRun, search_block
 from tvm_taso.ir.ops import OpError
 from tvm_taso.ir import dims
+from tvm_taso.ir.graph import LEAVES
 from tvm_taso.ir.relax_bridge import BlockGraph, foreign_function, function_symbols
 from tvm_taso.search import SearchStats
 
@@ -115,10 +116,14 @@ class _Symbols:
         self.given = given
 
     def priced(self, graph, total: Result) -> None:
-        """Set ``graph.sizes`` to the points its symbols are priced at, and say which in ``total``."""
-        names = frozenset().union(*(dims.symbols_of(t.shape) for n in graph.nodes.values() for t in n.types
-                                    if t is not None), *(dims.symbols_of(v) for n in graph.nodes.values()
-                                                         for _, v in n.attrs))
+        """Set ``graph.sizes`` to the points the symbols its known ops see (in their types,
+        operands' types and attributes: what a kernel is priced on) are priced at, and say
+        which in ``total``."""
+        known = [n for n in graph.nodes.values() if n.op not in LEAVES and n.op != "opaque"]
+        types = [t for n in known for t in n.types] + [graph.nodes[r[0]].types[r[1]] for n in known
+                                                        for r in n.inputs if r[1] >= 0]
+        names = frozenset().union(*(dims.symbols_of(t.shape) for t in types if t is not None),
+                                  *(dims.symbols_of(v) for n in known for _, v in n.attrs))
         graph.sizes, sources = dims.priced_points(names, self.given, *self.bounds)
         if sources:
             total.facts.setdefault("priced_sizes", {}).update(sources)

@@ -45,10 +45,39 @@ def import_program(program, name: str, keep_params_as_input: bool = False):
     :class:`InputError` line when the frontend cannot take it."""
     from tvm.relax.frontend.torch import from_exported_program
 
+    _drop_empty_concat_operands(program)
     try:
         return from_exported_program(program, keep_params_as_input=keep_params_as_input)
     except Exception as err:  # noqa: BLE001 - the frontend raises many types
         raise InputError(f"TVM's PyTorch frontend could not import {name}: {first_line(err)}") from None
+
+
+def _drop_empty_concat_operands(program) -> None:
+    """Leave out of each ``aten.cat`` the empty 1-D operands PyTorch skips (``torch.cat`` of a
+    ``(0,)`` tensor with 4-D ones is the 4-D ones), in place: a key/value cache that starts
+    empty (transformers' ``DynamicCache``, ``use_cache=True``) concatenates onto one, and TVM's
+    frontend refuses operands of different ranks."""
+    import torch
+
+    graph, changed = program.graph_module.graph, False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+            continue
+        operands = list(node.args[0])
+        shapes = [getattr(a.meta.get("val"), "shape", None) if isinstance(a, torch.fx.Node) else None
+                  for a in operands]
+        empty = [k for k, shape in enumerate(shapes) if shape is not None and tuple(shape) == (0,)]
+        if not empty or len(empty) == len(operands) or any(shape is None for shape in shapes):
+            continue
+        kept = [a for k, a in enumerate(operands) if k not in empty]
+        if len(kept) == 1:
+            node.replace_all_uses_with(kept[0])
+            graph.erase_node(node)
+        else:
+            node.args = (kept,) + tuple(node.args[1:])
+        changed = True
+    if changed:
+        program.graph_module.recompile()
 
 
 def load_program(path, trust_pickle: bool = False):

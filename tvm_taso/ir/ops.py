@@ -335,6 +335,12 @@ def _layer_norm_eval(arrays, attrs):
     return [y]
 
 
+def _rms_norm_eval(arrays, attrs):
+    x, gamma = arrays
+    axes = tuple(attrs["axes"])
+    return [x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + attrs["epsilon"]) * gamma]
+
+
 def _softmax_eval(arrays, attrs):
     (x,) = arrays
     e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
@@ -526,6 +532,7 @@ OPS: dict[str, OpSpec] = {
         _spec("exp", "relax.exp", ELEMWISE, **_unary("exp", np.exp)),
         _spec("erf", "relax.erf", ELEMWISE, **_unary("erf", _erf)),
         _spec("gelu", "relax.nn.gelu", ELEMWISE, **_unary("gelu", _gelu)),
+        _spec("silu", "relax.nn.silu", ELEMWISE, **_unary("silu", lambda x: x / (1 + np.exp(-x)))),
         _spec(
             "matmul",
             "relax.matmul",
@@ -691,6 +698,18 @@ OPS: dict[str, OpSpec] = {
             arity=3,
             defaults=dict(axes=(-1,), epsilon=1e-5, center=True, scale=True),
             read=_attr_reader("axes", "epsilon", "center", "scale"),
+        ),
+        _spec(
+            "rms_norm",
+            "relax.nn.rms_norm",
+            REDUCE,
+            build=lambda a, at: _relax_op().nn.rms_norm(*a, **at),
+            infer=_same,
+            evaluate=_rms_norm_eval,
+            flops=lambda t, o, at: 4.0 * o[0].size,
+            arity=2,
+            defaults=dict(axes=(-1,), epsilon=1e-5),
+            read=_attr_reader("axes", "epsilon"),
         ),
         _spec(
             "softmax",
