@@ -177,10 +177,13 @@ def _scalars_baked_in(gm, state: dict):
             graph.output(graph.graph_copy(gm.graph, copies))
         for read in reads:
             node = copies[read]
-            value = tensor.item()
+
+            def baked(arg, node=node, value=tensor.item()):
+                return value if arg is node else arg
+
             for user in list(node.users):
-                user.args = torch.fx.node.map_arg(user.args, lambda a, node=node, value=value: value if a is node else a)
-                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a, node=node, value=value: value if a is node else a)
+                user.args = torch.fx.node.map_arg(user.args, baked)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, baked)
             graph.erase_node(node)
     return gm if graph is None else torch.fx.GraphModule(gm, graph)
 
@@ -195,10 +198,12 @@ def _exported(frozen, inputs: list, dynamic_shapes):
         program = torch.export.export(frozen, tuple(inputs), dynamic_shapes=dynamic_shapes)
     if dynamic_shapes is None:
         return program
+    def fixed(size) -> bool:
+        return isinstance(size, torch.SymInt) and size.node.expr.is_number
+
     user = [n for n in program.graph.nodes if n.op == "placeholder"][-len(inputs):]
-    spec = tuple({d: dim for d, dim in (given or {}).items()
-                  if not (isinstance(node.meta["val"].shape[d], torch.SymInt) and node.meta["val"].shape[d].node.expr.is_number)}
-                 or None for node, given in zip(user, dynamic_shapes[0]))
+    spec = tuple({d: dim for d, dim in (given or {}).items() if not fixed(node.meta["val"].shape[d])} or None
+                 for node, given in zip(user, dynamic_shapes[0]))
     if spec == dynamic_shapes[0]:
         return program
     with torch.no_grad():

@@ -18,13 +18,15 @@ from tvm_taso.runtime import inputs_for, run
 
 
 def check_same_outputs(mod, new, target="llvm", pipeline="default"):
-    inputs = inputs_for(mod, seed=1)
-    before = run(mod, inputs)
-    after = run(new, inputs, target=target, relax_pipeline=pipeline)
-    assert len(before) == len(after)
-    for a, b in zip(before, after):
-        assert a.shape == b.shape and a.dtype == b.dtype
-    assert relative_error(before, after) <= 1e-4
+    """The same outputs on the same inputs (at two sizes of a module with symbolic sizes)."""
+    from tvm_taso.cli.checking import check_sizes
+
+    inputs = [inputs_for(mod, seed=1, sizes=sizes) for sizes in check_sizes(mod)]
+    for before, after in zip(run(mod, inputs), run(new, inputs, target=target, relax_pipeline=pipeline)):
+        assert len(before) == len(after)
+        for a, b in zip(before, after):
+            assert a.shape == b.shape and a.dtype == b.dtype
+        assert relative_error(before, after) <= 1e-4
 
 
 EXPECTED = {
@@ -32,7 +34,10 @@ EXPECTED = {
     "inception": {"merge-conv-bias-relu-enlarge"},
     "conv-bn-relu": {"fold-batch-norm-into-conv"},
     "bottleneck": {"fold-batch-norm-into-conv"},
+    "llama": {"merge-matmul-shared-lhs"},
 }
+# what the engine leaves as it is in each example: Relax's fused attention (no rule reads it)
+SKIPPED = {"llama": [{"what": "@main: unknown op relax.nn.attention", "count": 2}]}
 
 
 @pytest.mark.parametrize("name", sorted(examples.EXAMPLES))
@@ -50,7 +55,7 @@ def test_examples_keep_outputs_and_lower_cost(name, target):
         assert report["cost_after"] <= report["cost_before"]
     for key in ("cost_before", "cost_after", "search_seconds", "expanded", "applied", "skipped"):
         assert key in report
-    assert report["skipped"] == []
+    assert report["skipped"] == SKIPPED.get(name, [])
 
 
 def test_inception_merges_three_branches_into_one_conv():

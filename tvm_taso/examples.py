@@ -118,7 +118,7 @@ def resnet_bottleneck(size: int = 14, channels: int = 64, seed: int = 0) -> tvm.
     return _module({"x": (1, channels, size, size)}, body, seed)
 
 
-def llama_decoder(seq="seq_len", layers: int = 2, hidden: int = 256, heads: int = 4, intermediate: int = 512,
+def llama_decoder(seq="seq_len", layers: int = 2, hidden: int = 128, heads: int = 4, intermediate: int = 256,
                   seed: int = 0) -> tvm.IRModule:
     """A Llama-style decoder as TVM's own LLM stacks write one, with ``tvm.relax.frontend.nn``:
     per layer RMSNorm, separate Q, K and V projections (no bias), attention, output projection,

@@ -417,7 +417,8 @@ def _print_summary(report: dict) -> None:
           f"({report['speedup_estimate']:.2f}x, {report['cost_model']['name']})"
           + (" summed over the sizes below" if report.get("cost_at_sizes") else ""))
     for row in report.get("cost_at_sizes", []):
-        print(f"  at {dims.point_text(sorted(row['sizes'].items())):<13} {row['before']:.2f} us -> {row['after']:.2f} us")
+        at = dims.point_text(sorted(row["sizes"].items()))
+        print(f"  at {at:<13} {row['before']:.2f} us -> {row['after']:.2f} us")
     for name, priced in sorted(report.get("priced_sizes", {}).items()):
         print(f"symbolic size    {name} priced at {', '.join(map(str, priced['sizes']))} (from {priced['from']})")
     refused = report.get("rules_refused", [])

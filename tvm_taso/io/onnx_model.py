@@ -345,6 +345,20 @@ def fold_shape_code(skeleton: onnx.ModelProto, types: dict) -> tuple[dict, dict[
 
 
 @contextmanager
+def _scratch_directory():
+    """The working directory is a fresh temporary one meanwhile: onnxruntime's symbolic shape
+    inference saves the model it could not finish (``sym_shape_infer_temp.onnx`` and a data file
+    per tensor) in the working directory, which is the user's."""
+    previous = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as scratch:
+        os.chdir(scratch)
+        try:
+            yield
+        finally:
+            os.chdir(previous)
+
+
+@contextmanager
 def _native_output_logged():
     """onnxsim's C++ core prints warnings on the process's stdout and stderr (file descriptors
     1 and 2, out of reach of Python's redirection): send them to the log at DEBUG instead."""
@@ -416,7 +430,8 @@ def _onnxruntime_types(skeleton: onnx.ModelProto) -> dict[str, tuple[int, tuple 
     except ImportError:
         return {}
     try:
-        return _collect(SymbolicShapeInference.infer_shapes(skeleton, auto_merge=True))
+        with _scratch_directory():
+            return _collect(SymbolicShapeInference.infer_shapes(skeleton, auto_merge=True))
     except Exception as err:  # noqa: BLE001 - it raises on ops it does not know
         log.info("onnxruntime's symbolic shape inference failed (%s)", (str(err).splitlines() or [""])[0])
         return {}
@@ -435,7 +450,7 @@ def _onnxruntime_symbolic_types(proto: onnx.ModelProto, symbols: dict[str, tuple
     safe = {name: f"tvm_taso_size_{k}" for k, name in enumerate(names)}  # identifiers SymPy parses
     skeleton = _skeleton(proto, {inp: tuple(safe.get(d, d) for d in shape) for inp, shape in symbols.items()})
     try:
-        with _native_output_logged():
+        with _native_output_logged(), _scratch_directory():
             inferred = SymbolicShapeInference.infer_shapes(skeleton, auto_merge=False)
     except Exception as err:  # noqa: BLE001 - it raises on ops it does not know, and on conflicts
         log.info("onnxruntime's symbolic shape inference failed (%s)", first_line(err))

@@ -137,8 +137,9 @@ def _code_running_entry(data: bytes, torch) -> str | None:
         if entry.endswith("_config.json"):
             try:
                 config = json.loads(archive.read(name))["config"]
+                raw = ("weight_", "tensor_")  # tensors stored as bytes; custom_obj_ and opaque_obj_ are pickles
                 pickled = [fqn for fqn, meta in config.items()
-                           if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(("weight_", "tensor_"))]
+                           if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(raw)]
             except (ValueError, KeyError, TypeError, AttributeError):
                 return f"entry {entry}: not a payload config"
             if pickled:
