@@ -7,14 +7,16 @@ Options (``torch.compile(..., options={...})`` or :class:`TasoBackend`'s keyword
 :func:`tvm_taso.optimize` (``search``, ``cost_model``, ``time_limit``, ``budget``, ...).
 
 The backend compiles for inference: the weights are baked into the compiled graph as constants
-(the search merges and folds them), so a model whose weights change afterwards must be compiled
-again (``torch._dynamo.reset()``), and outputs carry no autograd history. A graph with dynamic
+(the search merges and folds them); one changed in place afterwards (its version counter moves)
+makes the graph compile again, and outputs carry no autograd history. A graph with dynamic
 shapes (``dynamic=True``, or dynamo's automatic dynamic recompile) is compiled once with its
 sizes symbolic (the sizes dynamo passes as ``SymInt`` inputs are read off the tensors they
-measure) and serves every size in range. A graph it cannot take (an input that needs gradients,
-a size that is not a tensor's dimension, an op TVM's frontend lacks, a failed build) runs in
-eager PyTorch instead, with one :class:`~tvm_taso.driver.TasoSkippedWarning` naming the reason;
-the user's forward pass never fails because of the backend.
+measure) and serves every size in range. A graph it cannot take (parameters or inputs that need
+gradients with grad mode on, a buffer or input changed in place, random draws, a size that is
+not a tensor's dimension, an op TVM's frontend lacks, a failed build) runs in eager PyTorch
+instead, with one :class:`~tvm_taso.driver.TasoSkippedWarning` naming the reason, and so does a
+call with inputs of another dtype, device or rank; the user's forward pass never fails because
+of the backend and never differs from eager's without a word.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class Unsupported(Exception):
     """A captured graph the backend leaves to eager PyTorch; the message says why."""
 
 
+class _StateChanged(Exception):
+    """A weight the compiled graph baked in was changed in place (its version counter moved)."""
+
+
 class TasoBackend:
     """A ``torch.compile`` backend with its options; ``reports`` holds :func:`tvm_taso.optimize`'s
     report of each graph compiled, ``fallbacks`` the reason for each graph left to eager."""
@@ -61,6 +67,8 @@ class TasoBackend:
         self.optimize_options = optimize_options
         self.reports: list[dict] = []
         self.fallbacks: list[str] = []
+        self.recompiles = 0  # graphs compiled again because a weight they baked in changed
+        self._said: dict = {}
 
     def __call__(self, gm, example_inputs, **_mode):
         try:
@@ -71,16 +79,33 @@ class TasoBackend:
 
         def run(*args):
             # built on the first call, outside dynamo's tracing of the user's frame (an export
-            # with symbolic sizes inside it would add its guards to the frame's)
+            # with symbolic sizes inside it would add its guards to the frame's); built again when
+            # a weight it baked in changed in place since
             nonlocal compiled
-            if compiled is None:
+            for _ in range(2):
+                if compiled is None:
+                    try:
+                        compiled = self._compile(gm, placeholders, args)
+                    except Exception as err:  # noqa: BLE001 - never fail the user's forward pass
+                        compiled = self._eager(gm, err)
                 try:
-                    compiled = self._compile(gm, placeholders, args)
-                except Exception as err:  # noqa: BLE001 - never fail the user's forward pass
-                    compiled = self._eager(gm, err)
-            return compiled(*args)
+                    return compiled(*args)
+                except _StateChanged:
+                    log.info("tvm_taso backend: a weight changed in place since the graph was compiled; "
+                             "compiling it again")
+                    self.recompiles += 1
+                    compiled = None
+            return gm.forward(*args)
 
         return run
+
+    def _eager_once(self, gm, reason: str):
+        """``gm`` run by eager PyTorch for one call, ``reason`` said once per graph."""
+        said = self._said.setdefault(id(gm), set())
+        if reason not in said:
+            said.add(reason)
+            self._eager(gm, Unsupported(reason))
+        return gm.forward
 
     def _eager(self, gm, err: Exception):
         """``gm`` run by eager PyTorch, the reason said in one warning and kept in ``fallbacks``."""
@@ -108,6 +133,7 @@ class TasoBackend:
         device = _device(inputs + list(state.values()))
         frozen = _frozen_module_class()(_scalars_baked_in(gm, state), state, sizes, len(args))
         program = _exported(frozen, inputs, _dynamic_shapes(gm, state, sizes))
+        _check_pure(program)
         mod = import_program(program, "the captured graph")
         target = self.target or targets.resolve("cuda" if device.type == "cuda" else "llvm")
         with warnings.catch_warnings():  # said once, below, if at all
@@ -120,8 +146,16 @@ class TasoBackend:
         dev = tvm.cuda(device.index or 0) if device.type == "cuda" else tvm.cpu(0)
         vm = relax.VirtualMachine(ex, dev)
         out_spec = program.call_spec.out_spec
+        kinds = [(a.dtype, a.device, a.dim()) for a in inputs]
+        versions = [t._version for t in state.values()]
 
         def run(*args):
+            if [(args[k].dtype, args[k].device, args[k].dim()) for k in positions] != kinds:
+                # eager raises (or promotes) where the compiled graph would compute in its own dtype
+                return self._eager_once(gm, "called with inputs of another dtype, device or rank than it was "
+                                        "compiled for")(*args)
+            if [t._version for t in state.values()] != versions:
+                raise _StateChanged()
             flat = _torch_tensors(vm["main"](*[args[k].detach().contiguous() for k in positions]), torch)
             return torch.utils._pytree.tree_unflatten(flat, out_spec)
 
@@ -153,10 +187,12 @@ def _split_placeholders(gm, example_inputs) -> tuple[dict, dict]:
         if not isinstance(value, torch.Tensor):
             raise Unsupported(f"input {node.name} is a {type(value).__name__}, not a tensor")
         source = sources[k]
+        if value.requires_grad and torch.is_grad_enabled():
+            what = "parameter" if isinstance(value, torch.nn.Parameter) else "input"
+            raise Unsupported(f"{what} {node.name} requires grad with grad mode on: the backend compiles inference "
+                              "only (run the model under torch.no_grad() or torch.inference_mode())")
         if isinstance(value, torch.nn.Parameter) or _STATE_SOURCE.search(source):
-            state[k] = value.detach()
-        elif value.requires_grad and torch.is_grad_enabled():
-            raise Unsupported(f"input {node.name} requires grad: the backend compiles inference only")
+            state[k] = value.detach()  # shares the version counter: an in-place change is seen
     return state, sizes
 
 
@@ -208,6 +244,51 @@ def _exported(frozen, inputs: list, dynamic_shapes):
         return program
     with torch.no_grad():
         return torch.export.export(frozen, tuple(inputs), dynamic_shapes=(spec,) if any(spec) else None)
+
+
+# ops whose result depends on more than their operands: random draws (dropout in training mode)
+_RANDOM = ("bernoulli", "dropout", "native_dropout", "rand", "randn", "randint", "rand_like", "randn_like",
+           "randint_like", "normal", "uniform", "multinomial")
+
+
+def _check_pure(program) -> None:
+    """:class:`Unsupported` for a program a compiled graph would run wrongly: one that mutates a
+    buffer (``self.count += 1``, batch norm in training mode updating its running statistics)
+    or an input (``x.add_(1)``: the compiled graph returns values, it changes nothing), or that
+    draws random numbers (dropout in training mode)."""
+    signature = program.graph_signature
+    mutated = [_root(node.args[k]) for node in program.graph.nodes for k in _written_arguments(node)]
+    if signature.buffers_to_mutate or signature.user_inputs_to_mutate or any(
+            root is not None and root.op == "placeholder" for root in mutated):
+        raise Unsupported("the graph changes a buffer or an input in place (training-mode batch norm, a counter, "
+                          "x.add_(...)); the compiled graph would not")
+    for node in program.graph.nodes:
+        name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        if node.op == "call_function" and name in _RANDOM:
+            raise Unsupported(f"the graph draws random numbers ({name}: dropout in training mode?); "
+                              "call model.eval() for inference")
+
+
+def _written_arguments(node) -> list[int]:
+    """The positions of the arguments the op of ``node`` writes to (``x.add_(1)``: 0)."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None:
+        return []
+    return [k for k, arg in enumerate(schema.arguments[:len(node.args)])
+            if arg.alias_info is not None and arg.alias_info.is_write]
+
+
+def _root(value):
+    """The node whose storage the FX value ``value`` is, through views (a mutation of a view of
+    an input mutates the input); None for a value that is not a node."""
+    import torch
+
+    while isinstance(value, torch.fx.Node) and value.op == "call_function":
+        schema = getattr(value.target, "_schema", None)
+        if schema is None or not schema.arguments or schema.arguments[0].alias_info is None or not value.args:
+            break
+        value = value.args[0]  # a view: aliases its first argument
+    return value if isinstance(value, torch.fx.Node) else None
 
 
 def _source(node) -> str:
