@@ -59,6 +59,19 @@ def is_spelling(text) -> bool:
     return head == PREFIX or head.startswith(PREFIX + ":")
 
 
+def _provider_name(name: str) -> str:
+    """onnxruntime's name of the provider ``name`` calls by a short name (:data:`PROVIDERS`, else
+    any installed provider's name without ``ExecutionProvider``: ``azure``), or ``name``."""
+    if name.lower() in PROVIDERS:
+        return PROVIDERS[name.lower()]
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return name
+    return next((p for p in ort.get_available_providers()
+                 if p.lower() in (name.lower(), name.lower() + "executionprovider")), name)
+
+
 def _value(text: str):
     for kind in (int, float):
         try:
@@ -77,7 +90,7 @@ class OrtRuntime:
 
     def __init__(self, provider: str = "cpu", provider_options: dict | None = None,
                  session_options: dict | None = None):
-        self.provider = PROVIDERS.get(provider.lower(), provider) if provider else PROVIDERS["cpu"]
+        self.provider = _provider_name(provider) if provider else PROVIDERS["cpu"]
         self.provider_options = dict(provider_options or {})
         self.session_options = dict(session_options or {})
 
@@ -144,7 +157,10 @@ class OrtRuntime:
             if name == "graph_optimization_level" and isinstance(value, str):
                 value = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION.get(value, value))
             elif name == "execution_mode" and isinstance(value, str):
-                value = getattr(ort.ExecutionMode, value)
+                value = getattr(ort.ExecutionMode, {"sequential": "ORT_SEQUENTIAL",
+                                                    "parallel": "ORT_PARALLEL"}.get(value, value))
+            elif isinstance(getattr(opts, name), bool):
+                value = bool(value)
             setattr(opts, name, value)
         providers = [(self.provider, {k: str(v) for k, v in self.provider_options.items()})]
         if _weight_bytes(proto) < LARGE:
@@ -187,6 +203,7 @@ def _check(provider: str, provider_options: str, session_options: str) -> None:
         raise TargetError(f"onnxruntime {ort.__version__} has no {provider} here; available: "
                           f"{', '.join(available)} (ort:cpu, or install the onnxruntime build with it)")
     runtime = OrtRuntime(provider, json.loads(provider_options), json.loads(session_options))
+    _check_session_options(runtime.session_options)
     probe = _probe_model()
     try:
         session = runtime.session(probe)
@@ -197,6 +214,29 @@ def _check(provider: str, provider_options: str, session_options: str) -> None:
     if session.get_providers()[0] != provider:  # it fell back: no device for the provider
         raise TargetError(f"onnxruntime has {provider} but no device for it here (it fell back to "
                           f"{session.get_providers()[0]}); available: {', '.join(available)}")
+    known = session.get_provider_options().get(provider, {})
+    unknown = sorted(set(runtime.provider_options) - set(known))
+    if unknown:  # onnxruntime drops options a provider does not have, without a word
+        raise TargetError(f"{provider} has no option {', '.join(unknown)} (its options: "
+                          f"{', '.join(sorted(known)) or 'none'}; session options: "
+                          f"{', '.join(sorted(_session_option_names()))})")
+
+
+def _check_session_options(options: dict) -> None:
+    """TargetError (one line) for a session option whose value is not of its type (an int for
+    ``intra_op_num_threads``, a level name for ``graph_optimization_level``)."""
+    import onnxruntime as ort
+
+    defaults = ort.SessionOptions()
+    names = {"graph_optimization_level": GRAPH_OPTIMIZATION,
+             "execution_mode": {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}}
+    for name, value in options.items():
+        kind = type(getattr(defaults, name))
+        if name in names:
+            if str(value) not in set(names[name]) | set(names[name].values()):
+                raise TargetError(f"session option {name}={value}: expected one of {', '.join(names[name])}")
+        elif kind in (bool, int) and not isinstance(value, int) or kind is str and not isinstance(value, str):
+            raise TargetError(f"session option {name}={value}: expected {'0 or 1' if kind is bool else kind.__name__}")
 
 
 def _probe_model():

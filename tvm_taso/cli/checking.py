@@ -59,7 +59,7 @@ def check_onnx(original, optimized, seed: int = 0) -> dict:
         cases.append((dims, feeds))
         flags = [n for n, a in feeds.items() if a.dtype == np.bool_ and a.ndim == 0]
         if flags:  # a flag the model may branch on (an If's condition): both values
-            cases.append((dims, {n: (~a if n in flags else a) for n, a in feeds.items()}))
+            cases.append((dims, {n: (np.asarray(~a) if n in flags else a) for n, a in feeds.items()}))
     for k, (dims, feeds) in enumerate(cases):
         try:
             expected = dict(zip([o.name for o in before.get_outputs()], before.run(None, feeds)))
@@ -262,6 +262,11 @@ def bench_in_runtime(original, optimized, runtime, given: dict | None = None, re
     unknown = set(given or {}) - set(feeds)
     if unknown:
         raise InputError(f"no input named {', '.join(sorted(unknown))} (inputs: {', '.join(sorted(feeds))})")
+    for name, value in (given or {}).items():
+        if np.shape(value) != feeds[name].shape:
+            shape = "x".join(map(str, feeds[name].shape))
+            raise InputError(f"input {name!r} must have shape {shape} (the sizes the model is priced at; --shape "
+                             f"sets them), got {'x'.join(map(str, np.shape(value)))}")
     feeds.update({k: np.asarray(v).astype(feeds[k].dtype) for k, v in (given or {}).items()})
     sessions = {"original": OrtSession(runtime, original.proto, feeds),
                 "optimized": OrtSession(runtime, optimized.proto, feeds)}

@@ -11,10 +11,11 @@ import time
 import warnings
 from pathlib import Path
 
-from tvm_taso.errors import InputError
+from tvm_taso.errors import InputError, first_line
 from tvm_taso.files import (
     OutputPathError,
     check_output_paths,
+    read_regular_file,
     write_all,
     write_atomically,
     write_text_atomically,
@@ -157,6 +158,21 @@ def _check_options(args) -> None:
     except OptionError as err:
         flag = _OPTION_FLAGS.get(err.option, err.option)
         raise InputError(f"{flag} {str(err).removeprefix(err.option + ' ')}") from None
+
+
+# what ``optimize`` writes for each kind of input, and output names that would say otherwise
+_WRITTEN = {"pt2": ("the optimized Relax module (TVM's JSON)", ".json", (".onnx", ".pt2", ".so")),
+            "onnx": ("an ONNX model", ".onnx", (".json", ".pt2", ".so"))}
+
+
+def _check_output_suffix(args) -> None:
+    """An ``-o`` whose suffix names another format than the one written (a ``.pt2`` optimized
+    into ``x.onnx`` would hold Relax JSON) is one line, before any work."""
+    from tvm_taso.io.torch_import import is_program_path
+
+    what, suffix, wrong = _WRITTEN["pt2" if is_program_path(args.input) else "onnx"]
+    if Path(args.output).suffix.lower() in wrong:
+        raise InputError(f"-o {args.output}: {args.input} is written as {what}; name the output {suffix}")
 
 
 def _check_outputs(args, **outputs) -> None:
@@ -303,6 +319,7 @@ def cmd_optimize(args) -> int:
     target = _target(args.target, runtime_ok=True)
     paths = {"-o": args.output, "--report": args.report, "--html": args.html}
     _check_outputs(args, **paths)
+    _check_output_suffix(args)
     shapes, sizes, rules = _shapes(args), _sizes(args), _rules(args)  # bad input before any work
     cost_model = _cost_model(args.cost, target, args.rpc)
     _quiet_skips()
@@ -362,7 +379,7 @@ class _OnnxSource:
         self.name, self.path = self.model.name, args.input
         _check_not_input_data(paths, data_files)
         _step(f"reading {self.name}")
-        self.shapes, self.simplified = shapes, args.simplify
+        self.shapes, self.simplified, self.data_files = shapes, args.simplify, data_files
 
     def check(self, new) -> dict:
         import tvm_taso
@@ -372,6 +389,13 @@ class _OnnxSource:
         return check_onnx(original, new)
 
     def writers(self, new, output: str) -> dict:
+        """The optimized model; when nothing was applied, the input's own bytes (a model
+        serialized again may order its protobuf fields otherwise), unless its weights live in
+        external data files that would have to travel with it."""
+        if new is self.model and not self.data_files and not self.simplified:
+            import shutil
+
+            return {output: lambda tmp: shutil.copyfile(self.path, tmp)}
         return new.writers(output)
 
 
@@ -474,24 +498,33 @@ def cmd_compile(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    from tvm_taso.io.torch_import import is_program_path
+
     if args.runtime is not None:
+        if is_program_path(args.input):
+            raise InputError("--runtime times ONNX models in onnxruntime; a .pt2 is timed through TVM (--target)")
         return _bench_in_runtime(args)
-    from tvm_taso.cli.checking import bench
+    from tvm_taso.cli.checking import bench, check_sizes
     from tvm_taso.io.onnx_import import import_relax
     from tvm_taso.runtime import inputs_for
 
     target = _target(args.target)
     _check_outputs(args, **{"--json": args.json})
-    mod = import_relax(args.input, shapes=_shapes(args))
-    inputs = inputs_for(mod, dict(_input_file(s) for s in args.input_file or []))
+    repeat, given = _repeat(args), dict(_input_file(s) for s in args.input_file or [])
+    if is_program_path(args.input):  # a .pt2: timed at the least sizes of its dynamic dimensions
+        mod = _ProgramSource(args, _shapes(args)).model
+        inputs = inputs_for(mod, given, sizes=check_sizes(mod)[0])
+    else:
+        mod = import_relax(args.input, shapes=_shapes(args))
+        inputs = inputs_for(mod, given)
     _step(f"compiling and timing on {target} (with and without TasoOptimize)")
-    result = bench(mod, inputs, target, repeat=args.repeat, time_limit=args.time_limit)
+    result = bench(mod, inputs, target, repeat=repeat, time_limit=args.time_limit)
     print(f"{'pipeline':24s} {'median ms':>10s} {'min ms':>10s}")
     for key in ("default", "taso"):
         r = result[key]
         print(f"{r['label']:24s} {r['median_ms']:10.3f} {r['min_ms']:10.3f}")
     low, high = result["speedup_quartiles"]
-    print(f"speedup (default / taso) {result['speedup']:.3f}x (median of {args.repeat} pairwise ratios, "
+    print(f"speedup (default / taso) {result['speedup']:.3f}x (median of {repeat} pairwise ratios, "
           f"quartiles {low:.3f}-{high:.3f})")
     if args.json:
         write_text_atomically(args.json, json.dumps(result, indent=2, allow_nan=False))
@@ -509,13 +542,13 @@ def _bench_in_runtime(args) -> int:
         raise InputError(f"--runtime {args.runtime!r}: expected ort[:provider][,key=value...]")
     runtime = _target(args.runtime, runtime_ok=True)
     _check_outputs(args, **{"--json": args.json})
+    repeat, given = _repeat(args), dict(_input_file(s) for s in args.input_file or [])
     _quiet_skips()
     model = tvm_taso.load_onnx(args.input, shapes=_shapes(args))
-    given = dict(_input_file(s) for s in args.input_file or [])
     _step(f"optimizing for {runtime} (time limit {args.time_limit:g} s)")
     new, report = tvm_taso.optimize(model, target=runtime, time_limit=args.time_limit, progress=True)
     _step(f"timing the original and the optimized model in {runtime}, side by side")
-    result = bench_in_runtime(model, new, runtime, given, repeat=args.repeat)
+    result = bench_in_runtime(model, new, runtime, given, repeat=repeat)
     result["report"] = report
     print(f"{'model':24s} {'median ms':>10s} {'quartiles ms':>20s}")
     for key in ("original", "optimized"):
@@ -531,13 +564,36 @@ def _bench_in_runtime(args) -> int:
     return 0
 
 
+INPUT_FILE_BYTES = 2**31  # an input array read whole
+
+
 def _input_file(text: str):
+    """``--input-file NAME=FILE.npy`` as (name, array): a regular file (a FIFO would block, a
+    device never end) holding one ``.npy`` array, no pickled objects; one line otherwise."""
+    import io
+
     import numpy as np
 
     name, sep, path = text.partition("=")
-    if not sep:
-        raise InputError(f"--input {text!r}: expected NAME=FILE.npy")
+    if not sep or not name:
+        raise InputError(f"--input-file {text!r}: expected NAME=FILE.npy")
+    data = read_regular_file(Path(path), INPUT_FILE_BYTES, "a .npy array")
     try:
-        return name, np.load(path)
+        array = np.load(io.BytesIO(data), allow_pickle=False)
     except (OSError, ValueError) as err:
-        raise InputError(f"--input {text!r}: cannot read {path}: {err}") from None
+        raise InputError(f"--input-file {text!r}: {path} is not a .npy array ({first_line(err)})") from None
+    if not isinstance(array, np.ndarray):
+        raise InputError(f"--input-file {text!r}: {path} is an .npz archive of several arrays; give one .npy "
+                         "file per input")
+    return name, array
+
+
+def _repeat(args) -> int:
+    """``--repeat``, a count of timing rounds (one line, exit 2, for 0 or a negative one)."""
+    from tvm_taso.search.options import OptionError, check_repeats
+
+    try:
+        check_repeats("--repeat", args.repeat)
+    except OptionError as err:
+        raise InputError(str(err)) from None
+    return args.repeat

@@ -3,6 +3,7 @@ model's graph, with the options checked once, the target parsed once and one rep
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import warnings
@@ -148,9 +149,16 @@ def optimize(
     Raises ValueError (one line) for an option out of range and
     :class:`~tvm_taso.target.TargetError` for a target TVM does not know.
     """
+    given = dict(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size, min_gain=min_gain,
+                 search=search, workers=workers)
     if options is None:
-        options = SearchOptions(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size,
-                                min_gain=min_gain, kind=search, workers=workers)
+        options = SearchOptions(kind=given.pop("search"), **given)
+    else:
+        defaults = inspect.signature(optimize).parameters
+        both = sorted(name for name, value in given.items() if value != defaults[name].default)
+        if both:  # which one was meant cannot be told: say so rather than drop one
+            raise ValueError(f"{', '.join(both)} given both as keyword{'s' * (len(both) > 1)} and in options; "
+                             "give search settings one way")
     if guard_repeats is not None:
         check_repeats("guard_repeats", guard_repeats)
     check_search(options.kind)

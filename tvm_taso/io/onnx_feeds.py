@@ -16,7 +16,7 @@ def random_feeds(model, dims: dict, ranges: dict, seed: int = 0) -> dict[str, np
     floats standard normal, booleans half true, integers in ``ranges[name]`` (low, high)."""
     from onnx import helper
 
-    from tvm_taso.io.onnx_import import real_inputs
+    from tvm_taso.io.onnx_import import real_inputs, tensor_type_of
 
     rng = np.random.default_rng(seed)
     shapes = model.shapes(dims)
@@ -24,7 +24,7 @@ def random_feeds(model, dims: dict, ranges: dict, seed: int = 0) -> dict[str, np
     for inp in real_inputs(model.structure):
         if inp.name not in shapes:
             continue
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type))
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type_of(inp).elem_type))
         shape = shapes[inp.name]
         if dtype.kind == "f":
             feeds[inp.name] = rng.standard_normal(shape).astype(dtype)

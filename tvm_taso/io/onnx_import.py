@@ -160,7 +160,9 @@ def bind_dims(proto: onnx.ModelProto, name: str, shapes: dict | None = None, def
     bound: dict[str, int] = {}
     unbound: list = []
     for inp in real:
-        dims = list(inp.type.tensor_type.shape.dim)
+        if tensor_type_of(inp) is None:
+            continue  # a sequence or a map: no dimensions to bind
+        dims = list(tensor_type_of(inp).shape.dim)
         shown = "x".join(str(d.dim_value) if _static(d) else (d.dim_param or "?") for d in dims)
         if any(d.HasField("dim_value") and d.dim_value == 0 for d in dims):  # static but empty, not dynamic
             shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
@@ -184,7 +186,7 @@ def bind_dims(proto: onnx.ModelProto, name: str, shapes: dict | None = None, def
         if symbol in bound:
             continue
         if default is None:
-            example = "x".join(str(x.dim_value) if _static(x) else "1" for x in inp.type.tensor_type.shape.dim)
+            example = "x".join(str(x.dim_value) if _static(x) else "1" for x in tensor_type_of(inp).shape.dim)
             raise InputError(
                 f"{name}: input {inp.name!r} has dynamic dimensions ({shown}); give a static shape, "
                 f"e.g. --shape {inp.name}={example}"
@@ -197,6 +199,17 @@ def _static(dim) -> bool:
     return dim.HasField("dim_value") and dim.dim_value > 0
 
 
+def tensor_type_of(value_info):
+    """The tensor type of a graph input that is a tensor or an optional tensor (fed a tensor
+    either way), else None (a sequence, a map)."""
+    ty = value_info.type
+    if ty.HasField("tensor_type"):
+        return ty.tensor_type
+    if ty.HasField("optional_type") and ty.optional_type.elem_type.HasField("tensor_type"):
+        return ty.optional_type.elem_type.tensor_type
+    return None
+
+
 def real_inputs(proto: onnx.ModelProto) -> list:
     """The graph inputs a caller feeds: those without an initializer of the same name."""
     inits = {i.name for i in proto.graph.initializer}
@@ -207,19 +220,19 @@ def input_symbols(proto: onnx.ModelProto) -> dict[str, tuple]:
     """The shapes of the real inputs with each symbolic dimension as the name it is bound by
     (:func:`bind_dims`), static ones as ints."""
     return {inp.name: tuple(d.dim_value if _static(d) else _symbol(inp, axis, d)
-                            for axis, d in enumerate(inp.type.tensor_type.shape.dim))
-            for inp in real_inputs(proto) if inp.type.HasField("tensor_type")}
+                            for axis, d in enumerate(tensor_type_of(inp).shape.dim))
+            for inp in real_inputs(proto) if tensor_type_of(inp) is not None}
 
 
 def input_shapes(proto: onnx.ModelProto, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
     """Static shapes of the real inputs with the symbolic dimensions at the sizes ``dims``."""
     result = {}
     for inp in real_inputs(proto):
-        if not inp.type.HasField("tensor_type"):
+        if tensor_type_of(inp) is None:
             continue
         result[inp.name] = tuple(
             d.dim_value if _static(d) else dims[_symbol(inp, axis, d)]
-            for axis, d in enumerate(inp.type.tensor_type.shape.dim)
+            for axis, d in enumerate(tensor_type_of(inp).shape.dim)
         )
     return result
 

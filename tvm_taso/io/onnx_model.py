@@ -515,9 +515,13 @@ def _skeleton(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onn
     g.node.extend(src.node)
     inits = {i.name for i in src.initializer}
     for inp in src.input:
-        if inp.name in shapes:
+        if inp.name in shapes and inp.type.HasField("tensor_type"):
             elem = inp.type.tensor_type.elem_type
             g.input.append(helper.make_tensor_value_info(inp.name, elem, list(shapes[inp.name])))
+        elif inp.name in shapes:  # an optional tensor: its shape set, still optional
+            elem = inp.type.optional_type.elem_type.tensor_type.elem_type
+            g.input.append(helper.make_value_info(inp.name, helper.make_optional_type_proto(
+                helper.make_tensor_type_proto(elem, list(shapes[inp.name])))))
         elif inp.name not in inits:
             g.input.append(inp)
     for init in src.initializer:

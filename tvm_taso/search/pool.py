@@ -48,9 +48,18 @@ def available_cores() -> int:
 def default_workers() -> int:
     """``$TVM_TASO_WORKERS``, else the cores this process may use: the processes searching
     regions when ``workers`` is not given (a test runner that already runs one process per core
-    sets 1)."""
+    sets 1). A value that is not a count of processes is said, once, and the cores used."""
     given = os.environ.get("TVM_TASO_WORKERS", "").strip()
-    return int(given) if given.isdigit() and int(given) > 0 else available_cores()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    if given and given not in _warned:
+        _warned.add(given)
+        log.warning("TVM_TASO_WORKERS=%s is not a count of processes (an integer >= 1): searching with %d, "
+                    "the cores this process may use", given, available_cores())
+    return available_cores()
+
+
+_warned: set = set()  # TVM_TASO_WORKERS values already said to be unusable
 
 
 def _start_worker(payload: bytes) -> None:

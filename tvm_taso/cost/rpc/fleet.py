@@ -9,6 +9,7 @@ the measured cost model on it (``cost_model="rpc"``, ``--cost rpc --rpc SPEC``).
 from __future__ import annotations
 
 import socket
+import struct
 
 from tvm_taso.cost.rpc.measured_cost import RPCMeasuredCost
 from tvm_taso.cost.rpc.measurer import RPCMeasurer, RPCUnavailable
@@ -40,12 +41,35 @@ def _address(part: str, spec: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _reachable(host: str, port: int, what: str) -> None:
+def _reachable(host: str, port: int, what: str, key: str = "") -> None:
+    """:class:`RPCUnavailable` (one line) unless a TVM RPC ``what`` ("tracker" or "server")
+    answers its handshake at ``host:port`` within :data:`CONNECT_SECONDS`: a port that accepts
+    and never answers, or that speaks another protocol (a tracker given as a server), is said
+    before any search rather than hung on or failed in the middle of one."""
+    from tvm.rpc import base
+
+    if what == "tracker":
+        hello, answers = struct.pack("<i", base.RPC_TRACKER_MAGIC), {base.RPC_TRACKER_MAGIC}
+    else:
+        name = f"client:{key}".encode()
+        hello = struct.pack("<i", base.RPC_MAGIC) + struct.pack("<i", len(name)) + name
+        answers = {base.RPC_CODE_SUCCESS, base.RPC_CODE_MISMATCH, base.RPC_CODE_DUPLICATE}
     try:
-        with socket.create_connection((host, port), timeout=CONNECT_SECONDS):
-            pass
+        with socket.create_connection((host, port), timeout=CONNECT_SECONDS) as sock:
+            sock.settimeout(CONNECT_SECONDS)
+            sock.sendall(hello)
+            reply = b""
+            while len(reply) < 4:
+                chunk = sock.recv(4 - len(reply))
+                if not chunk:
+                    break
+                reply += chunk
+    except socket.timeout:
+        raise RPCUnavailable(f"the RPC {what} at {host}:{port} did not answer within {CONNECT_SECONDS:g} s") from None
     except OSError as err:
         raise RPCUnavailable(f"cannot reach the RPC {what} at {host}:{port} ({err.strerror or err})") from None
+    if len(reply) < 4 or struct.unpack("<i", reply)[0] not in answers:
+        raise RPCUnavailable(f"{host}:{port} is not a TVM RPC {what} (it does not answer the {what} handshake)")
 
 
 def open_fleet(spec, **measurer_options) -> RPCPool:
