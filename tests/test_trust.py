@@ -485,3 +485,55 @@ def test_an_rpc_peer_that_never_answers_is_one_line_within_seconds(tmp_path, cap
                               "--target", "llvm", "--cost", "rpc", "--rpc", spec])
     assert "did not answer" in line and time.perf_counter() - start < 30
     assert not (tmp_path / "o.onnx").exists()
+
+
+# --- workers: bounded, their results those of one process ----------------------------------------
+
+
+def test_workers_are_capped_at_the_cores_and_a_cost_model_workers_cannot_import_searches_here(caplog):
+    from tvm_taso.cost.analytic import AnalyticCost
+    from tvm_taso.search import SearchOptions
+    from tvm_taso.search.pool import RegionPool, available_cores
+
+    with caplog.at_level("WARNING"):
+        pool = RegionPool.for_run([], AnalyticCost("cuda"), SearchOptions(workers=1000))
+    assert pool is None or pool.workers <= available_cores() - 1
+    assert "more than the" in caplog.text
+
+    class Local(AnalyticCost):  # defined in a function: a worker cannot unpickle it
+        pass
+
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert RegionPool.for_run([], Local("cuda"), SearchOptions(workers=2)) is None
+    assert "cannot import it" in caplog.text
+
+
+def test_a_region_cut_short_by_its_share_in_a_worker_is_searched_again_in_order(monkeypatch):
+    """Regions handed to workers got a fixed share of the time, and one cut by it gave other
+    rules than ``-j 1`` although the whole search ended far from its time limit."""
+    from benchmarks import models
+
+    from tvm_taso.cost.analytic import AnalyticCost
+    from tvm_taso.io.onnx_bridge import OnnxGraph
+    from tvm_taso.search import SearchOptions, regions, search
+    from tvm_taso.search.pool import RegionPool
+
+    graph = OnnxGraph(tvm_taso.load_onnx(models.build("resnext50", quick=True), name="resnext50")).graph
+    options = SearchOptions(time_limit=600, workers=1, region_size=4)
+    serial = search(graph.copy(), tvm_taso.default_rules(), AnalyticCost("cuda"), options)
+    started = regions._Ahead.__init__
+
+    def starved(self, *args, **kwargs):
+        started(self, *args, **kwargs)
+        self.seconds = 1e-4  # every region handed ahead is cut by its share
+
+    monkeypatch.setattr(regions._Ahead, "__init__", starved)
+    pool = RegionPool(tvm_taso.default_rules(), AnalyticCost("cuda"), options, 1)
+    pool.start()
+    pool.wait(60)
+    try:
+        parallel = search(graph.copy(), tvm_taso.default_rules(), AnalyticCost("cuda"), options, pool=pool)
+    finally:
+        pool.close()
+    assert parallel.structural_hash() == serial.structural_hash()

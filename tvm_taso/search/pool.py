@@ -59,7 +59,7 @@ def default_workers() -> int:
     return available_cores()
 
 
-_warned: set = set()  # TVM_TASO_WORKERS values already said to be unusable
+_warned: set = set()  # worker counts already said to be unusable or more than the cores
 
 
 def _start_worker(payload: bytes) -> None:
@@ -98,6 +98,22 @@ def _main_module_hidden():
             sys.modules["__main__"] = main
 
 
+def _importable(cls) -> bool:
+    """Whether a worker can unpickle an instance of ``cls``: a class of an importable module (not
+    the user's script, which workers do not run, nor a function's local class)."""
+    import importlib
+
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return False
+    try:
+        found = importlib.import_module(cls.__module__)
+        for part in cls.__qualname__.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return False
+    return found is cls
+
+
 class RegionPool:
     """``workers`` processes searching regions with ``rules``, ``cost`` and ``options``, beside
     the one that settles them (which searches too: ``options.workers`` counts it).
@@ -118,10 +134,21 @@ class RegionPool:
         """The pool ``options.workers`` asks for, not started yet (None: one process, or a cost model
         that measures on this machine, whose timings must not share its cores with searches)."""
         workers = options.workers or default_workers()
+        if workers > available_cores():  # more processes than cores only share them, and cost memory
+            if workers not in _warned:
+                _warned.add(workers)
+                log.warning("workers=%d is more than the %d cores this process may use: searching with %d",
+                            workers, available_cores(), available_cores())
+            workers = available_cores()
         if workers <= 1:
             return None
         if cost.measures:
             log.info("searching regions in one process: the %s cost model times kernels on this machine", cost.name)
+            return None
+        if not _importable(type(cost)):
+            log.warning("searching regions in one process: the cost model %s is defined where worker processes "
+                        "cannot import it (%s); define it in a module to search with %d", type(cost).__qualname__,
+                        type(cost).__module__, workers)
             return None
         return RegionPool(rules, cost, options, workers - 1)  # this process searches too
 

@@ -455,8 +455,9 @@ class _Ahead:
 
     def take(self, k: int, sub: Graph, leaves: list[int], stats: SearchStats) -> Found | None:
         """The result searched ahead for window ``k`` (``sub``: the region as it is now), or None
-        when it was not searched ahead, an earlier splice changed it (it is then searched in
-        order) or its worker died. While its worker runs, the next region nobody has taken up
+        when it was not searched ahead, an earlier splice changed it or the time it was handed
+        cut it short (it is then searched in order, with the share of time a serial run gives
+        it) or its worker died. While its worker runs, the next region nobody has taken up
         is searched here."""
         self.todo.pop(k, None)
         in_worker = k in self.handed
@@ -472,7 +473,9 @@ class _Ahead:
         if done is None:
             return None
         found, worker_stats = done
-        if _content(sub) != content:
+        if _content(sub) != content or worker_stats.stopped[Stop.DEADLINE.value]:
+            # changed by an earlier splice, or cut short by the share of time it was handed
+            # ahead of its turn (in order it may have more): searched again, as a serial run would
             stats.expanded += worker_stats.expanded
             stats.candidates += worker_stats.candidates
             return None
