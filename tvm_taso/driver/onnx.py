@@ -23,6 +23,22 @@ from tvm_taso.search import SearchStats
 log = logging.getLogger("tvm_taso")
 
 MAX_ATTEMPTS = 6
+GROWTH = 1.05  # weights growing more than this with the rewrites are said (merges alone do not grow them)
+
+
+def weight_bytes(proto) -> int:
+    """The bytes of the main graph's initializers (from their types: held-apart ones included)."""
+    import numpy as np
+    from onnx import helper
+
+    total = 0
+    for init in proto.graph.initializer:
+        try:
+            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
+        except (KeyError, TypeError, ValueError):
+            itemsize = 1
+        total += int(np.prod(init.dims, dtype=np.int64)) * itemsize
+    return total
 
 
 def optimize_onnx(model: OnnxModel, run: SearchRun, stats: SearchStats, skipped: Counter) -> Result:
@@ -74,8 +90,12 @@ def _done(model: OnnxModel, bridge: OnnxGraph, skipped: Counter, rejected: list[
     skipped.update(bridge.skipped)
     if rejected:
         skipped["rewrites not applied: they would fix a symbolic size or have no ONNX form"] += len(rejected)
+    weights = {"before": weight_bytes(model.structure), "after": weight_bytes(new.structure)}
+    if weights["after"] > GROWTH * weights["before"]:
+        log.warning("%s: the rewrites make the model's weights %.1fx larger (%d -> %d bytes)", model.name,
+                    weights["after"] / max(weights["before"], 1), weights["before"], weights["after"])
     facts = {"priced_dims": dict(model.dims), "rejected_rewrites": rejected,
-             "opaque_reasons": dict(sorted(bridge.reasons.items()))}
+             "opaque_reasons": dict(sorted(bridge.reasons.items())), "weight_bytes": weights}
     return Result(new, costs.cost_before, costs.cost_after, costs.folded, facts,
                   (kernel_count(bridge.graph), kernel_count(graph)))
 

@@ -21,6 +21,7 @@ again at twice the priced sizes), or that has no ONNX form at the model's opset,
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 from collections import Counter
@@ -407,6 +408,7 @@ class _Writer:
         self.name_of: dict[Ref, str] = {}
         self.emitted: set[int] = set()  # ONNX nodes written (verbatim or with renamed inputs)
         self.new_inits: list[onnx.TensorProto] = []
+        self.by_contents: dict[tuple, str] = {}  # (dtype, shape, digest) -> the new initializer holding it
         self.store = bridge.model.store.extended() if bridge.model.store is not None else TensorStore()
         self.taken = _all_names(self.proto)
         self.counter = itertools.count()
@@ -427,8 +429,15 @@ class _Writer:
                 return name
 
     def initializer(self, array: np.ndarray, hint: str) -> str:
-        name = self.fresh(f"taso_{hint}")
+        """A new initializer holding ``array``, or the one written already with the same
+        contents: a weight folded in several places (the layers of a model that shares its
+        weights, ALBERT's, each merging the same Q/K/V) is written once."""
         array = np.ascontiguousarray(array)
+        digest = hashlib.blake2b(memoryview(array).cast("B"), digest_size=16).hexdigest()
+        key = (str(array.dtype), array.shape, digest)
+        if key in self.by_contents:
+            return self.by_contents[key]
+        name = self.by_contents[key] = self.fresh(f"taso_{hint}")
         data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
         if array.size > DETACHED_ELEMENTS and storable_dtype(data_type) is not None:
             self.new_inits.append(self.store.tensor(name, array, data_type))

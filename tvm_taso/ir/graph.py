@@ -10,6 +10,7 @@ rule that recreates an existing expression reuses it.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -402,13 +403,33 @@ def fold_constants(graph: Graph, new: set[int] | frozenset = frozenset()) -> int
         folded += 1
         for i, (arr, ty) in enumerate(zip(outs, n.types)):
             # a transpose or reshape of a weight stays a view of it: written only if the result keeps it
-            arr = np.asarray(arr).astype(ty.dtype, copy=False)
+            arr = _shared(np.asarray(arr).astype(ty.dtype, copy=False))
             cid = graph.add_leaf("const", ty, (arr, None), key=("folded", nid, i))
             mapping[(nid, i)] = (cid, 0)
             values[(cid, 0)] = arr
     graph.replace_uses(mapping)
     graph.prune()
     return folded
+
+
+# Folded weights by contents, while anything holds them: the same weight folded again (each layer
+# of a model that shares its weights merging the same projections, region by region) is the one
+# array, not a copy per layer.
+_FOLDED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+SHARED_ELEMENTS = 1024  # smaller folds are not worth hashing
+
+
+def _shared(array: np.ndarray) -> np.ndarray:
+    """``array``, or an equal one (dtype, shape and bytes) folded before and still alive. A view
+    that is not contiguous (a transposed weight) stays as it is: hashing would copy it."""
+    if array.size <= SHARED_ELEMENTS or not array.flags.c_contiguous:
+        return array
+    key = (str(array.dtype), array.shape, hashlib.blake2b(memoryview(array).cast("B"), digest_size=16).digest())
+    found = _FOLDED.get(key)
+    if found is not None:
+        return found
+    _FOLDED[key] = array
+    return array
 
 
 # Integer ops folded in their own dtype, where numpy's arithmetic wraps around as the compiled
