@@ -47,7 +47,7 @@ def _bert():
     import torch
 
     import tvm_taso
-    from benchmarks.models.torch_bert import Bert
+    from benchmarks.models.torch_models import Bert
 
     torch.manual_seed(0)
     model = Bert().eval()
@@ -60,26 +60,9 @@ def _llama_with_cache():
     import torch
 
     import tvm_taso
-    from benchmarks.onnx_models import import_torchvision
+    from benchmarks.models.torch_models import llama_with_cache
 
-    import_torchvision()  # before transformers' model classes (they import torchvision)
-    import transformers
-
-    config = transformers.LlamaConfig(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=4, intermediate_size=512, max_position_embeddings=256)
-    torch.manual_seed(0)
-    llama = transformers.LlamaForCausalLM(config).eval()
-
-    class WithCache(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = llama
-
-        def forward(self, ids):
-            out = self.inner(input_ids=ids, use_cache=True)
-            return (out.logits, *(t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)))
-
-    module = WithCache().eval()
+    module = llama_with_cache(vocab=1000, hidden=256, layers=2, intermediate=512, positions=256)
     mod = tvm_taso.from_torch(module, (torch.randint(0, 1000, (1, 8)),),
                               dynamic_shapes=({1: torch.export.Dim("seq", min=2, max=256)},))
     return mod, lambda n: tvm_taso.from_torch(module, (torch.randint(0, 1000, (1, n)),))

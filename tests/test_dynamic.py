@@ -269,7 +269,7 @@ def test_an_onnx_decoder_with_past_key_values_merges_and_keeps_its_cache_dynamic
 torch = pytest.importorskip("torch")
 
 
-from benchmarks.models.torch_bert import Bert  # noqa: E402
+from benchmarks.models.torch_models import Bert  # noqa: E402
 
 
 def test_torch_compile_dynamic_compiles_once_for_every_length():
@@ -329,26 +329,10 @@ def test_a_transformers_llama_with_its_kv_cache_imports_and_merges():
     tensor, which TVM's frontend refused ("Concat expects all input tensors to have same
     ndim"); such operands are left out (PyTorch skips them), so the decoder and its cache
     import, merge their projections and compute the same logits and cache at two lengths."""
-    from benchmarks.onnx_models import import_torchvision
+    pytest.importorskip("transformers")
+    from benchmarks.models.torch_models import llama_with_cache
 
-    import_torchvision()  # transformers' model classes import torchvision when it is installed
-    transformers = pytest.importorskip("transformers")
-
-    config = transformers.LlamaConfig(vocab_size=100, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=4, intermediate_size=128, max_position_embeddings=64)
-    torch.manual_seed(0)
-    llama = transformers.LlamaForCausalLM(config).eval()
-
-    class WithCache(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = llama
-
-        def forward(self, ids):
-            out = self.inner(input_ids=ids, use_cache=True)
-            return (out.logits, *(t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)))
-
-    module = WithCache().eval()
+    module = llama_with_cache()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mod = tvm_taso.from_torch(module, (torch.randint(0, 100, (1, 8)),),

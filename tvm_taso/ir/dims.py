@@ -156,6 +156,11 @@ def _names(tree) -> frozenset:
 # -- sizes ---------------------------------------------------------------------------------------
 
 
+def _operator(op: str):
+    """The method pair (``__add__``, ``__radd__``) of a size for the binary ``op``."""
+    return (lambda self, other: _arith(op, self, other)), (lambda self, other: _arith(op, other, self))
+
+
 class SymDim:
     """A symbolic size (see the module docstring). Made by :func:`symbol`, :func:`from_prim` and
     arithmetic on sizes; an expression that simplifies to a constant is an ``int`` instead."""
@@ -167,36 +172,12 @@ class SymDim:
         self.key = _render(tree)
         self._hash = hash(self.key)
 
-    # arithmetic: another size, simplified
-    def __add__(self, other):
-        return _arith("+", self, other)
-
-    def __radd__(self, other):
-        return _arith("+", other, self)
-
-    def __sub__(self, other):
-        return _arith("-", self, other)
-
-    def __rsub__(self, other):
-        return _arith("-", other, self)
-
-    def __mul__(self, other):
-        return _arith("*", self, other)
-
-    def __rmul__(self, other):
-        return _arith("*", other, self)
-
-    def __floordiv__(self, other):
-        return _arith("//", self, other)
-
-    def __rfloordiv__(self, other):
-        return _arith("//", other, self)
-
-    def __mod__(self, other):
-        return _arith("%", self, other)
-
-    def __rmod__(self, other):
-        return _arith("%", other, self)
+    # arithmetic (a size and a size or an int, either way round): another size, simplified
+    __add__, __radd__ = _operator("+")
+    __sub__, __rsub__ = _operator("-")
+    __mul__, __rmul__ = _operator("*")
+    __floordiv__, __rfloordiv__ = _operator("//")
+    __mod__, __rmod__ = _operator("%")
 
     def __neg__(self):
         return _arith("*", self, -1)
