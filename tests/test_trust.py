@@ -445,9 +445,9 @@ def test_a_model_with_nothing_applied_is_written_byte_for_byte(tmp_path, capsys)
     assert (tmp_path / "out.onnx").read_bytes() == original
 
 
-@pytest.fixture
-def silent_listener():
-    """A TCP port that accepts connections and never answers."""
+@pytest.fixture(params=["silent", "another protocol"])
+def listener(request):
+    """A TCP port that accepts connections and never answers, or answers in another protocol."""
     import socket
     import threading
 
@@ -460,13 +460,16 @@ def silent_listener():
         server.settimeout(0.2)
         while not stop.is_set():
             try:
-                held.append(server.accept()[0])
+                conn = server.accept()[0]
             except OSError:
                 continue
+            held.append(conn)
+            if request.param == "another protocol":
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    yield server.getsockname()[1]
+    yield server.getsockname()[1], ("did not answer" if request.param == "silent" else "is not a TVM RPC")
     stop.set()
     thread.join()
     for conn in held:
@@ -474,16 +477,18 @@ def silent_listener():
     server.close()
 
 
-@pytest.mark.parametrize("form", ["{port}/key", "127.0.0.1:{port}"])
-def test_an_rpc_peer_that_never_answers_is_one_line_within_seconds(tmp_path, capsys, silent_listener, form):
+@pytest.mark.parametrize("form", ["127.0.0.1:{port}/key", "127.0.0.1:{port}"])
+def test_an_rpc_peer_that_is_silent_or_no_rpc_peer_is_one_line_within_seconds(tmp_path, capsys, listener, form):
+    """A tracker or server address that accepts and never answers hung forever; one that speaks
+    another protocol (a tracker's port given as a server) failed in the middle of the search,
+    after writing the model. Both are one line, exit 2, before any search."""
     import time
 
-    spec = form.format(port=silent_listener)
-    spec = spec if spec.startswith("127") else f"127.0.0.1:{spec}"
+    port, said = listener
     start = time.perf_counter()
     line = _one_line(capsys, ["optimize", str(_small_onnx(tmp_path)), "-o", str(tmp_path / "o.onnx"),
-                              "--target", "llvm", "--cost", "rpc", "--rpc", spec])
-    assert "did not answer" in line and time.perf_counter() - start < 30
+                              "--target", "llvm", "--cost", "rpc", "--rpc", form.format(port=port)])
+    assert said in line and time.perf_counter() - start < 30
     assert not (tmp_path / "o.onnx").exists()
 
 
@@ -562,3 +567,11 @@ def test_weights_shared_by_layers_are_folded_once(tmp_path):
     assert report["weight_bytes"]["after"] <= 1.05 * report["weight_bytes"]["before"], report["weight_bytes"]
     tvm_taso.export_onnx(new, tmp_path / "out.onnx")
     assert (tmp_path / "out.onnx").stat().st_size <= 1.05 * path.stat().st_size
+
+
+def test_progress_bars_stay_off_a_log():
+    """On a non-TTY stderr (CI logs, pipes) the bars wrote ``\\r`` updates into the log."""
+    from tvm_taso.progress import progress_bar
+
+    bar = progress_bar("tvm-taso search", "region")  # pytest captures stderr: not a terminal
+    assert bar is None or bar.disable
