@@ -101,8 +101,9 @@ def test_a_relax_nn_decoder_with_a_symbolic_length_gets_its_static_twins_merges(
     _same_outputs(mod, new, [{"seq_len": n} for n in (1, 7, 33)])
 
 
-def test_sizes_come_from_the_functions_bounds_or_the_users_shapes():
-    """A rewrite is kept only where it pays at every priced size: the report gives each."""
+def test_sizes_come_from_the_functions_bounds_or_the_users_shapes(caplog):
+    """A rewrite is kept only where it pays at every priced size: the report gives each; sizes
+    for a symbol the module does not have are said."""
     mod = examples.llama_decoder(layers=1)
     func = mod["main"].with_attr("tir_var_upper_bound", {"seq_len": 64})
     bounded = tvm.IRModule({"main": func})
@@ -114,6 +115,9 @@ def test_sizes_come_from_the_functions_bounds_or_the_users_shapes():
     assert all(row["after"] <= row["before"] for row in given["cost_at_sizes"])
     with pytest.raises(ValueError, match="shapes"):
         _optimize(bounded, shapes={"seq_len": "long"})
+    with caplog.at_level("WARNING", logger="tvm_taso"):
+        _optimize(bounded, shapes={"seqlen": [4]})
+    assert "no symbolic size named seqlen" in caplog.text
 
 
 def test_the_pass_and_the_pipeline_keep_the_symbols():

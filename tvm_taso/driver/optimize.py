@@ -197,6 +197,10 @@ def optimize(
         if bar is not None:
             bar.close()
     new_mod = result.model
+    unused = sorted(set(sizes) - set(report.facts.get("priced_sizes", {})))
+    if unused:
+        log.warning("shapes: no symbolic size named %s in the module (its symbols: %s)", ", ".join(unused),
+                    ", ".join(sorted(report.facts.get("priced_sizes", {}))) or "none")
     if new_mod is not mod and not isinstance(mod, OnnxModel) and tvm_ffi.structural_equal(new_mod, mod):
         # every rewrite was undone by a later one: the module is the same, so say nothing was applied
         new_mod, result.cost_after = mod, result.cost_before
