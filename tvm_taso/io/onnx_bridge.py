@@ -3,9 +3,11 @@
 
 Reading: graph inputs become ``input`` leaves, initializers (those no graph input can
 override) and ``Constant`` nodes ``const`` leaves; a node of the default domain that
-:data:`~tvm_taso.io.onnx_ops.READERS` knows, on float tensors of static (priced) shape, becomes
-engine ops, and one whose operands are all constants is evaluated to a constant; every other
-node is one ``opaque`` node. Types are those of ONNX shape inference at the priced sizes.
+:data:`~tvm_taso.io.onnx_ops.READERS` knows, on float tensors of known shape, becomes engine
+ops, and one whose operands are all constants is evaluated to a constant; every other node is
+one ``opaque`` node. Types are those of ONNX shape inference at the priced sizes, a dimension
+that depends on a symbolic input dimension being a symbolic size (:class:`ModelSizes`), and an
+engine op's own derivation must agree with them at the priced sizes and at twice them.
 
 Writing (:meth:`OnnxGraph.write`) rewrites only what the search rewrote. An ONNX node whose
 engine nodes are still in the graph, with at most their operands replaced by equal values, is

@@ -25,6 +25,8 @@ import itertools
 import logging
 import math
 
+import numpy as np
+
 from tvm_taso.errors import OpError
 
 log = logging.getLogger(__name__)
@@ -189,7 +191,7 @@ class SymDim:
             return NotImplemented
         return equal_proved(self, other)
 
-    def __ne__(self, other):
+    def __ne__(self, other):  # not proved equal: a shape check that refuses on it is safe
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
@@ -234,15 +236,8 @@ def _size(x):
     """``x`` as a size (int or SymDim), or NotImplemented."""
     if isinstance(x, SymDim):
         return x
-    if isinstance(x, bool):
-        return NotImplemented
-    try:
-        import numpy as np
-
-        if isinstance(x, (int, np.integer)):
-            return int(x)
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return int(x)
     return NotImplemented
 
 
