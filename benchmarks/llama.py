@@ -6,7 +6,8 @@ Per layer: RMSNorm, attention with rotary embeddings and a causal mask (``q``, `
 RMSNorm and the LM head. Inputs ``input_ids [batch, seq]`` (int64); output ``logits [batch,
 seq, vocab]``; both dimensions symbolic, the sequence sliced out of position tables of
 ``max_positions`` rows by shape code, as exporters write it. Default sizes give 1.1 B
-parameters (TinyLlama's widths, with as many key/value heads as query heads).
+parameters (TinyLlama's widths, with as many key/value heads as query heads); ``--shared``
+makes every layer read the first layer's weights, as ALBERT shares them (0.18 B parameters).
 
     python -m benchmarks.llama OUT.onnx [--dtype float16] [--layers 22] [--hidden 2048] ...
 """
@@ -32,11 +33,12 @@ class LlamaConfig:
     vocab: int = 32000
     max_positions: int = 2048
     dtype: str = "float32"
+    shared: bool = False  # every layer reads the first layer's weights, as ALBERT's do
 
     @property
     def parameters(self) -> int:
         h, i = self.hidden, self.intermediate
-        return self.layers * (4 * h * h + 3 * h * i + 2 * h) + 2 * self.vocab * h + h
+        return (1 if self.shared else self.layers) * (4 * h * h + 3 * h * i + 2 * h) + 2 * self.vocab * h + h
 
 
 class _DataWriter:
@@ -46,9 +48,13 @@ class _DataWriter:
         self.location = model_path.name + ".data"
         self.file = open(model_path.parent / self.location, "wb")
         self.tensors: list[TensorProto] = []
+        self.names: set[str] = set()
         self.rng = np.random.default_rng(0)
 
     def add(self, name: str, array: np.ndarray) -> str:
+        if name in self.names:  # a weight layers share: written once
+            return name
+        self.names.add(name)
         array = np.asarray(array, order="C")
         if array.nbytes < 1024:
             self.tensors.append(onnx.numpy_helper.from_array(array, name))
@@ -63,6 +69,8 @@ class _DataWriter:
         return name
 
     def weight(self, name: str, shape: tuple, dtype: str) -> str:
+        if name in self.names:
+            return name
         scale = 1.0 / np.sqrt(shape[0])
         return self.add(name, (self.rng.standard_normal(shape, dtype=np.float32) * scale).astype(dtype))
 
@@ -119,7 +127,7 @@ def write_llama(path, config: LlamaConfig = LlamaConfig()) -> Path:
 
     x = op("Gather", [data.weight("embed_tokens", (c.vocab, c.hidden), dt), "input_ids"], axis=0)
     for layer in range(c.layers):
-        p = f"layers.{layer}"
+        p = "layers.0" if c.shared else f"layers.{layer}"
         h = rms_norm(x, f"{p}.input_norm")
         q, k, v = (op("MatMul", [h, data.weight(f"{p}.attn.{n}", (c.hidden, c.hidden), dt)]) for n in "qkv")
         q, k, v = rotary(split_heads(q)), rotary(split_heads(k)), split_heads(v)
@@ -152,9 +160,10 @@ def main(argv=None) -> int:
     for field in ("layers", "hidden", "heads", "intermediate", "vocab", "max_positions"):
         ap.add_argument(f"--{field.replace('_', '-')}", type=int, default=getattr(defaults, field))
     ap.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    ap.add_argument("--shared", action="store_true", help="every layer reads the first layer's weights (ALBERT's way)")
     args = ap.parse_args(argv)
     config = LlamaConfig(args.layers, args.hidden, args.heads, args.intermediate, args.vocab, args.max_positions,
-                         args.dtype)
+                         args.dtype, args.shared)
     write_llama(args.out, config)
     print(f"{args.out}: {config.parameters / 1e9:.2f} B parameters, {args.dtype}")
     return 0

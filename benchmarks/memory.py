@@ -6,8 +6,10 @@ that process (``VmHWM``), and the resident memory of the whole process tree (the
 included) is sampled every 20 ms. The bound (issue 29) is the import baseline (a process that
 imports ``tvm``, ``onnx`` and ``tvm_taso``, measured the same way) plus twice the model's size
 on disk (the ``.onnx`` file and its external data). Models: a Llama-style decoder of about 1.1 B
-parameters written with external data (:mod:`benchmarks.llama`, float32 and float16) and the
-largest exports of the zoo (torchvision's VGG-11, Wide ResNet-50 and ViT-B/32, random weights).
+parameters written with external data (:mod:`benchmarks.llama`, float32 and float16), the same
+decoder with every layer reading the first layer's weights (ALBERT's sharing, about 0.7 GB: the
+written model must not grow with the layers' merged weights; its output size is in the row) and
+the largest exports of the zoo (torchvision's VGG-11, Wide ResNet-50 and ViT-B/32, random weights).
 The optimized model is checked (``onnx.checker`` on the file) and both models are run in
 onnxruntime from their files, one after the other, on the same random inputs (symbolic
 dimensions at 8): the largest output difference is reported.
@@ -32,7 +34,9 @@ from pathlib import Path
 log = logging.getLogger("benchmarks.memory")
 
 RESULTS = Path(__file__).parent / "results" / "memory.json"
-LLAMA = {"llama-1b-fp32": "float32", "llama-1b-fp16": "float16"}
+# name -> (dtype, layers share their weights: ALBERT's way, whose merges must be folded once)
+LLAMA = {"llama-1b-fp32": ("float32", False), "llama-1b-fp16": ("float16", False),
+         "llama-shared-fp32": ("float32", True)}
 ZOO = {"vgg11": "classic", "wide_resnet50_2": "classic", "vit_b_32": "dynamo"}  # the exporter the zoo uses
 BASELINE = "import tvm, onnx, tvm_taso"
 
@@ -98,7 +102,8 @@ def make_model(name: str, work: Path) -> Path:
     if name in LLAMA:
         from .llama import LlamaConfig, write_llama
 
-        return write_llama(path, LlamaConfig(dtype=LLAMA[name]))
+        dtype, shared = LLAMA[name]
+        return write_llama(path, LlamaConfig(dtype=dtype, shared=shared))
     from .zoo import export
 
     export(name, ZOO[name], "static", path)

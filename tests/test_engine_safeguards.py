@@ -223,13 +223,13 @@ def test_rounding_is_not_a_gain_and_the_module_stays_untouched():
 
 
 def test_selu_on_cuda_is_returned_unchanged_with_nothing_applied():
+    """SELU's arithmetic has nothing that pays on cuda: the module itself comes back, and the
+    report says nothing was applied at an unchanged cost."""
     mod = _selu_like()
     new, report = tvm_taso.optimize(mod, target="cuda")
-    if report["applied"]:  # a rewrite is reported only when it is in the module and pays
-        assert not tvm.ir.structural_equal(new, mod)
-        assert report["cost_after"] < report["cost_before"] * (1 - 1e-6)
-    else:
-        assert new.same_as(mod)
+    assert report["applied"] == {} and report["rewrites"] == []
+    assert report["cost_after"] == report["cost_before"]
+    assert new.same_as(mod)
 
 
 # -- 5. strict JSON ------------------------------------------------------------------------------
@@ -310,6 +310,7 @@ def test_mangled_rules_raise_only_located_rule_syntax_errors():
             "    => (split (matmul ?x (concat ?a ?b :axis 1)) :indices [(dim ?a 1)] :axis -1) if (= (rank ?a) 2)\n")
     rng = random.Random(0)
     alphabet = list("()[]:,?=>#-0123456789 \n\t\u00b2\u0661\u00e9x") + ["=>", "if", "(get", "(dim"]
+    raised = 0
     for _ in range(400):
         chars = list(text)
         for _ in range(rng.randint(1, 4)):
@@ -322,6 +323,8 @@ def test_mangled_rules_raise_only_located_rule_syntax_errors():
             tvm_taso.parse_rules("".join(chars), "bad.rules")
         except tvm_taso.RuleSyntaxError as err:
             assert __import__("re").match(LOCATED, str(err)), str(err)
+            raised += 1
+    assert raised >= 200  # most manglings break the rule, each with a located error
 
 
 def test_a_condition_that_can_never_hold_is_named_at_load(tmp_path, caplog):
