@@ -178,6 +178,32 @@ def test_a_relax_nn_decoder_with_a_kv_cache_keeps_its_cache_calls_and_steps_the_
         np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-5)
 
 
+def test_the_guards_time_a_symbolic_module_at_each_size():
+    """Symbolic regions could not be built to time ("could not be timed"), so ``guard=True``
+    dropped every rewrite of a model with symbolic sizes. Regions are timed at each priced
+    size and the module at two, and kept only when faster at every one."""
+    n = tvm.tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((n, 32), "float32"))
+    rng = np.random.default_rng(0)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = x
+            for _ in range(3):  # x·A·B·C: x·(A·B·C) pays on a CPU at every n
+                h = bb.emit(relax.op.matmul(h, relax.const(rng.standard_normal((32, 32)).astype("float32"))))
+            out = bb.emit_output(relax.op.nn.relu(h))
+        bb.emit_func_output(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, report = tvm_taso.optimize(bb.get(), target="llvm", cost_model="analytic", guard=True, time_limit=30,
+                                      shapes={"n": [4, 64]})
+    (decision,) = report["region_guard"]["decisions"]
+    assert [v["sizes"] for v in decision["at_sizes"]] == [{"n": 4}, {"n": 64}]
+    assert len(report["guard"]["at_sizes"]) == 2 and report["guard"]["measured"]
+    # one matmul for three is about 2.5x faster at both sizes: far beyond the machine's noise
+    assert decision["kept"] and report["guard"]["kept"] and report["applied"] == {"matmul-assoc-right": 2}
+
+
 def test_tvms_onnx_importer_keeps_symbols_and_the_merges_come():
     from test_onnx_bridge import attention
     from tvm.relax.frontend.onnx import from_onnx

@@ -14,13 +14,11 @@ import tvm_taso
 from tvm_taso import examples
 from tvm_taso.numerics import relative_error
 from tvm_taso.passes import TasoOptimize
-from tvm_taso.runtime import inputs_for, run
+from tvm_taso.runtime import check_sizes, inputs_for, run
 
 
 def check_same_outputs(mod, new, target="llvm", pipeline="default"):
     """The same outputs on the same inputs (at two sizes of a module with symbolic sizes)."""
-    from tvm_taso.cli.checking import check_sizes
-
     inputs = [inputs_for(mod, seed=1, sizes=sizes) for sizes in check_sizes(mod)]
     for before, after in zip(run(mod, inputs), run(new, inputs, target=target, relax_pipeline=pipeline)):
         assert len(before) == len(after)

@@ -26,7 +26,7 @@ from tvm_taso.cost.kernel_build import graph_module, random_inputs
 from tvm_taso.cost.latency import CompiledModule, compare_builds, compare_modules
 from tvm_taso.files import cache_dir
 from tvm_taso.ir.graph import Graph, fold_constants
-from tvm_taso.runtime import inputs_for
+from tvm_taso.runtime import check_sizes, inputs_for
 
 log = logging.getLogger("tvm_taso.guard")
 
@@ -69,12 +69,19 @@ def guard(before, after, target, repeats: int = 7) -> dict:
         log.warning("guard: no %s device here to time on; keeping the rewrite unmeasured", target.kind.name)
         return {"kept": True, "measured": False, "reason": f"no {target.kind.name} device on this machine"}
     t0 = time.perf_counter()
-    try:
-        result = compare_modules(before, after, target, inputs_for(before), repeats=repeats, min_repeat_ms=50)
-    except Exception as err:  # noqa: BLE001 - a module that does not build is not faster
-        log.warning("guard: timing failed (%s: %s); keeping the original", type(err).__name__, err)
-        return {"kept": False, "measured": False, "reason": f"timing failed: {type(err).__name__}: {err}"}
-    return dict(decide(result), seconds=time.perf_counter() - t0)
+    verdicts = []
+    for sizes in check_sizes(before):  # a module with symbolic sizes: kept only if faster at each
+        try:
+            result = compare_modules(before, after, target, inputs_for(before, sizes=sizes), repeats=repeats,
+                                     min_repeat_ms=50)
+        except Exception as err:  # noqa: BLE001 - a module that does not build is not faster
+            log.warning("guard: timing failed (%s: %s); keeping the original", type(err).__name__, err)
+            return {"kept": False, "measured": False, "reason": f"timing failed: {type(err).__name__}: {err}"}
+        verdicts.append(dict(decide(result), sizes=sizes) if sizes else decide(result))
+    worst = min(verdicts, key=lambda v: (v["kept"], v.get("ratio", 0.0)))
+    extra = {"at_sizes": [{k: v[k] for k in ("sizes", "kept", "ratio") if k in v} for v in verdicts]} \
+        if len(verdicts) > 1 else {}
+    return dict(worst, seconds=time.perf_counter() - t0, **extra)
 
 
 def guard_in_runtime(before, after, feeds: dict, runtime, repeats: int = 15) -> dict:
@@ -128,6 +135,18 @@ class RegionGuard:
         self.seconds = 0.0  # spent measuring
 
     def __call__(self, before: Graph, after: Graph) -> dict:
+        """The verdict on ``after`` against ``before``; regions with symbolic sizes are timed at
+        each of their priced sizes (:attr:`Graph.sizes`), and kept only when faster at every one
+        (the verdict is the least favourable, with ``at_sizes`` listing each)."""
+        if not before.sizes:
+            return self._decide(before, after)
+        verdicts = [dict(self._decide(before.at(point), after.at(point)), sizes=dict(point))
+                    for point in before.sizes]
+        worst = min(verdicts, key=lambda v: (v["kept"], v.get("ratio", 0.0)))
+        return dict(worst, at_sizes=[{k: v[k] for k in ("sizes", "kept", "ratio") if k in v} for v in verdicts],
+                    from_database=all(v["from_database"] for v in verdicts))
+
+    def _decide(self, before: Graph, after: Graph) -> dict:
         key = hashlib.sha256(f"{before.shape_hash()}:{after.shape_hash()}".encode()).hexdigest()[:32]
         record = self.db.get(key, self.target_key)
         cached = record is not None

@@ -16,6 +16,22 @@ def input_symbols(mod, func: str = "main") -> frozenset:
                                if isinstance(p.ty, relax.TensorType) and p.ty.shape is not None))
 
 
+CHECK_SPAN = 15  # a dynamic dimension is run at its least size and this much above it
+
+
+def check_sizes(mod, func: str = "main") -> list[dict]:
+    """The sizes a module's dynamic input dimensions are run at to check or time it: ``[{}]``
+    for a static one; else two, the least each may take (its ``tir_var_lower_bound``, else 1)
+    and :data:`CHECK_SPAN` above it (within its upper bound)."""
+    symbols = sorted(input_symbols(mod, func))
+    if not symbols:
+        return [{}]
+    attrs = mod[func].attrs if mod[func].attrs is not None else {}
+    lower, upper = (attrs.get(key) or {} for key in ("tir_var_lower_bound", "tir_var_upper_bound"))
+    least = {s: max(1, int(lower.get(s, 1))) for s in symbols}
+    return [least, {s: min(least[s] + CHECK_SPAN, int(upper.get(s, least[s] + CHECK_SPAN))) for s in symbols}]
+
+
 def inputs_for(mod, given: dict | None = None, seed: int = 0, sizes: dict | None = None,
                func: str = "main") -> list[np.ndarray]:
     """Arrays for ``mod[func]``'s parameters: ``given`` by name (shapes checked), else random,

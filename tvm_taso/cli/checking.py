@@ -85,7 +85,8 @@ def check_exported(program, optimized, seed: int = 0) -> dict:
     """Run a ``torch.export`` program in eager PyTorch and ``optimized`` (the Relax module made
     from it, then optimized) through TVM on this CPU, on the same random inputs, and compare
     their outputs in order as :func:`check_onnx` does (the result has the same fields). A program
-    with dynamic dimensions runs at two sizes of each (:func:`check_sizes`), on one build.
+    with dynamic dimensions runs at two sizes of each (:func:`tvm_taso.runtime.check_sizes`), on one
+    build.
 
     Raises :class:`InputError` when the program does not run in eager PyTorch, :class:`CheckFailed`
     when the optimized module does not build or run."""
@@ -94,7 +95,7 @@ def check_exported(program, optimized, seed: int = 0) -> dict:
     from tvm_taso import runtime
 
     cases = [dict(enumerate(runtime.inputs_for(optimized, seed=seed + k, sizes=sizes)))
-             for k, sizes in enumerate(check_sizes(optimized))]
+             for k, sizes in enumerate(runtime.check_sizes(optimized))]
     eager = program.module()
 
     def run_eager(f: dict) -> dict:
@@ -115,27 +116,9 @@ def check_exported(program, optimized, seed: int = 0) -> dict:
     comparison = _Comparison()
     for k, (feeds, want, outputs) in enumerate(zip(cases, expected, got)):
         comparison.add(want, dict(zip(want, outputs)), _rounding_noise(run_eager, feeds, want, seed + k))
-        comparison.runs.append({"dims": check_sizes(optimized)[k],
+        comparison.runs.append({"dims": runtime.check_sizes(optimized)[k],
                                 "inputs": {f"input {i}": list(a.shape) for i, a in feeds.items()}})
     return comparison.result("PyTorch eager against TVM (llvm)")
-
-
-CHECK_SPAN = 15  # a dynamic dimension is checked at its least size and this much above it
-
-
-def check_sizes(mod) -> list[dict]:
-    """The sizes a module's dynamic input dimensions are checked at: ``[{}]`` for a static one;
-    else two, the least each may take (its ``tir_var_lower_bound``, else 1) and
-    :data:`CHECK_SPAN` above it (within its upper bound)."""
-    from tvm_taso import runtime
-
-    symbols = sorted(runtime.input_symbols(mod))
-    if not symbols:
-        return [{}]
-    attrs = mod["main"].attrs if mod["main"].attrs is not None else {}
-    lower, upper = (attrs.get(key) or {} for key in ("tir_var_lower_bound", "tir_var_upper_bound"))
-    least = {s: max(1, int(lower.get(s, 1))) for s in symbols}
-    return [least, {s: min(least[s] + CHECK_SPAN, int(upper.get(s, least[s] + CHECK_SPAN))) for s in symbols}]
 
 
 class _Comparison:

@@ -270,11 +270,10 @@ def _cost_model(name: str, target, rpc=None):
 def cmd_example(args) -> int:
     import tvm_taso
     from tvm_taso import examples
-    from tvm_taso.cli.checking import check_sizes
     from tvm_taso.ir import dims
     from tvm_taso.numerics import TOLERANCE
     from tvm_taso.numerics import relative_error
-    from tvm_taso.runtime import inputs_for, run
+    from tvm_taso.runtime import check_sizes, inputs_for, run
 
     _check_options(args)
     target = _target(args.target)
@@ -504,9 +503,9 @@ def cmd_bench(args) -> int:
         if is_program_path(args.input):
             raise InputError("--runtime times ONNX models in onnxruntime; a .pt2 is timed through TVM (--target)")
         return _bench_in_runtime(args)
-    from tvm_taso.cli.checking import bench, check_sizes
+    from tvm_taso.cli.checking import bench
     from tvm_taso.io.onnx_import import import_relax
-    from tvm_taso.runtime import inputs_for
+    from tvm_taso.runtime import check_sizes, inputs_for
 
     target = _target(args.target)
     _check_outputs(args, **{"--json": args.json})

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tvm_taso.ir import ops
+from tvm_taso.ir import dims, ops
 from tvm_taso.ir.ops import OpError, TensorType
 
 Ref = tuple[int, int]
@@ -113,6 +113,18 @@ class Graph:
         g._next = self._next
         g._index = dict(self._index)
         g._derived = {}
+        return g
+
+    def at(self, point) -> Graph:
+        """A static copy of this graph with its symbols at the sizes ``point`` (one of
+        :attr:`sizes`): the types and attributes of every node, for what needs numbers (building
+        and timing a region)."""
+        g = Graph()
+        g.outputs, g._next = list(self.outputs), self._next
+        for nid, node in self.nodes.items():
+            types = tuple(t.at(point) if t is not None else None for t in node.types)
+            attrs = tuple((k, dims.value(v, point)) for k, v in node.attrs)
+            g._insert(Node(node.op, node.inputs, attrs, types, node.payload), nid)
         return g
 
     def derived(self, name: str, compute):
