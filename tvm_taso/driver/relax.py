@@ -12,9 +12,7 @@ from tvm import relax
 
 from tvm_taso.driver.block import SearchRun, search_block
 from tvm_taso.ir.ops import OpError
-from tvm_taso.ir import dims
-from tvm_taso.ir.graph import LEAVES
-from tvm_taso.ir.relax_bridge import BlockGraph, foreign_function, function_symbols
+from tvm_taso.ir.relax_bridge import BlockGraph, FunctionSymbols, foreign_function
 from tvm_taso.search import SearchStats
 
 log = logging.getLogger("tvm_taso")
@@ -83,7 +81,7 @@ def _optimize_function(func: relax.Function, fname: str, run: SearchRun, stats: 
         skipped[f"@{fname}: body is not a sequence of blocks"] += 1
         return func, total
     try:
-        symbols = _Symbols(func, run.shapes)
+        symbols = FunctionSymbols(func, run.shapes)
     except OpError as err:
         skipped[f"@{fname}: {err}"] += 1
         return func, total
@@ -104,37 +102,8 @@ def _optimize_function(func: relax.Function, fname: str, run: SearchRun, stats: 
     return relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs, func.span), total
 
 
-class _Symbols:
-    """A function's symbolic sizes: its ``tirx.Var`` s by name, and where a block using some of
-    them is priced (:func:`~tvm_taso.ir.dims.priced_points`: the user's ``shapes``, else the
-    function's ``tir_var_lower_bound`` / ``tir_var_upper_bound`` attributes, else the default)."""
-
-    def __init__(self, func: relax.Function, given: dict):
-        self.variables = function_symbols(func)
-        attrs = func.attrs if func.attrs is not None else {}
-        self.bounds = [_int_map(attrs.get(key)) for key in ("tir_var_lower_bound", "tir_var_upper_bound")]
-        self.given = given
-
-    def priced(self, graph, total: Result) -> None:
-        """Set ``graph.sizes`` to the points the symbols its known ops see (in their types,
-        operands' types and attributes: what a kernel is priced on) are priced at, and say
-        which in ``total``."""
-        known = [n for n in graph.nodes.values() if n.op not in LEAVES and n.op != "opaque"]
-        types = [t for n in known for t in n.types] + [graph.nodes[r[0]].types[r[1]] for n in known
-                                                        for r in n.inputs if r[1] >= 0]
-        names = frozenset().union(*(dims.symbols_of(t.shape) for t in types if t is not None),
-                                  *(dims.symbols_of(v) for n in known for _, v in n.attrs))
-        graph.sizes, sources = dims.priced_points(names, self.given, *self.bounds)
-        if sources:
-            total.facts.setdefault("priced_sizes", {}).update(sources)
-
-
-def _int_map(value) -> dict:
-    return {str(k): int(v) for k, v in value.items()} if value is not None else {}
-
-
 def _optimize_block(block: relax.DataflowBlock, fname: str, run: SearchRun, stats: SearchStats,
-                    skipped: Counter, total: Result, symbols: _Symbols) -> relax.DataflowBlock | None:
+                    skipped: Counter, total: Result, symbols: FunctionSymbols) -> relax.DataflowBlock | None:
     """The block searched and written back, or None (nothing kept); its costs added to ``total``
     (at each priced size, for a block with symbolic sizes). A result that cannot be written back
     is searched again, each region's result written as it is found, so that only the regions
@@ -147,7 +116,9 @@ def _optimize_block(block: relax.DataflowBlock, fname: str, run: SearchRun, stat
         return None
     for what, n in local.items():
         skipped[f"@{fname}: {what}"] += n
-    symbols.priced(bg.graph, total)
+    sources = symbols.price(bg.graph)
+    if sources:
+        total.facts.setdefault("priced_sizes", {}).update(sources)
     new_block = None
     for accept in (None, bg.to_block):
         outcome = search_block(bg.graph, run, accept)

@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 
 from tvm_taso.ir import dims, ops
-from tvm_taso.ir.graph import Graph, Ref
+from tvm_taso.ir.graph import LEAVES, Graph, Ref
 from tvm_taso.ir.ops import OpError
 
 
@@ -45,6 +45,32 @@ def function_symbols(func) -> dict:
             raise OpError(f"two symbolic sizes named {var.name}")
         found[str(var.name)] = var
     return found
+
+
+class FunctionSymbols:
+    """A function's symbolic sizes: its ``tirx.Var`` s by name (:func:`function_symbols`), and
+    where a block using some of them is priced (:func:`~tvm_taso.ir.dims.priced_points`: the
+    user's ``given`` sizes, else the function's ``tir_var_lower_bound`` / ``tir_var_upper_bound``
+    attributes, else the default)."""
+
+    def __init__(self, func, given: dict | None = None):
+        self.variables = function_symbols(func)
+        attrs = func.attrs if func.attrs is not None else {}
+        self.bounds = [{str(k): int(v) for k, v in (attrs.get(key) or {}).items()}
+                       for key in ("tir_var_lower_bound", "tir_var_upper_bound")]
+        self.given = given or {}
+
+    def price(self, graph: Graph) -> dict:
+        """Set ``graph.sizes`` to the points the symbols its known ops see (in their types, their
+        operands' types and their attributes: what a kernel is priced on) are priced at; return
+        where each symbol's sizes came from."""
+        known = [n for n in graph.nodes.values() if n.op not in LEAVES and n.op != "opaque"]
+        types = [t for n in known for t in n.types] + [graph.nodes[r[0]].types[r[1]] for n in known
+                                                        for r in n.inputs if r[1] >= 0]
+        names = frozenset().union(*(dims.symbols_of(t.shape) for t in types if t is not None),
+                                  *(dims.symbols_of(v) for n in known for _, v in n.attrs))
+        graph.sizes, sources = dims.priced_points(names, self.given, *self.bounds)
+        return sources
 
 
 class BlockGraph:
@@ -225,15 +251,22 @@ def _substitute(value, mapping: dict):
 
 def block_graphs(mod: tvm.IRModule) -> list[Graph]:
     """The graph of every dataflow block of every Relax function in ``mod`` that the bridge can
-    read (a block it cannot read, e.g. one with a ``match_cast``, is left out)."""
+    read (a block it cannot read, e.g. one with a ``match_cast``, is left out), priced at its
+    symbols' default sizes (:class:`FunctionSymbols`)."""
     graphs = []
     for func in mod.functions.values():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
+        try:
+            symbols = FunctionSymbols(func)
+        except OpError:
+            continue
         for block in func.body.blocks:
             if isinstance(block, relax.DataflowBlock):
                 try:
-                    graphs.append(BlockGraph(block, Counter()).graph)
+                    graph = BlockGraph(block, Counter(), symbols.variables).graph
                 except OpError:
                     continue
+                symbols.price(graph)
+                graphs.append(graph)
     return graphs
