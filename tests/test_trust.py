@@ -569,6 +569,188 @@ def test_weights_shared_by_layers_are_folded_once(tmp_path):
     assert (tmp_path / "out.onnx").stat().st_size <= 1.05 * path.stat().st_size
 
 
+def _merged_layers(blocks_of_layer, bias=False, conv=False, own=False):
+    """A graph of layers each reading a merge of the same blocks (``blocks_of_layer[i]`` gives
+    layer i's order) through a split, as the search leaves ALBERT's Q/K/V."""
+    from tvm_taso.ir.graph import Graph
+    from tvm_taso.ir.ops import TensorType
+
+    rng = np.random.default_rng(1)
+    blocks = [rng.standard_normal((4, 3, 1, 1) if conv else (6, 5)).astype(np.float32) for _ in range(3)]
+    biases = [rng.standard_normal(4 if conv else 5).astype(np.float32) for _ in range(3)]
+    axis = 0 if conv else 1
+    g = Graph()
+    shape = (2, 3, 5, 5) if conv else (7, 6)
+    x = (g.add_leaf("input", TensorType(shape, "float32"), None, key="x"), 0)
+    outs = []
+    for layer, order in enumerate(blocks_of_layer):
+        weight = np.concatenate([blocks[i] for i in order], axis=axis)
+        w = (g.add_leaf("const", TensorType(weight.shape, "float32"), (weight, "w" if own else None), key=layer), 0)
+        y = (g.add("conv2d", (x, w), {}) if conv else g.add("matmul", (x, w), {}), 0)
+        if bias:
+            b = np.concatenate([biases[i] for i in order]).reshape((1, -1, 1, 1) if conv else (-1,))
+            y = (g.add("add", (y, (g.add_leaf("const", TensorType(b.shape, "float32"), (b, None), key=("b", layer)), 0)),
+                       {}), 0)
+        width = 4 if conv else 5
+        if layer == 3:  # a merge of a merge: (a, (b, c))
+            split = g.add("split", (y,), {"indices": (width,), "axis": 1})
+            inner = g.add("split", ((split, 1),), {"indices": (width,), "axis": 1})
+            named = dict(zip(order, [(split, 0), (inner, 0), (inner, 1)]))
+        else:
+            split = g.add("split", (y,), {"indices": (width, 2 * width), "axis": 1})
+            named = {block: (split, position) for position, block in enumerate(order)}
+        outs += [named[0], named[1], named[2]]  # each layer's q, k, v in the model's order
+    g.outputs = outs
+    return g, x, shape
+
+
+@pytest.mark.parametrize("bias, conv", [(False, False), (True, False), (True, True)])
+def test_merged_weights_are_put_in_one_order(bias, conv):
+    """Layers sharing weights merged in different orders (ALBERT's Q/K/V met as (q, k, v) in one
+    region, (k, q, v) or (k, (v, q)) in another) were written as a merged copy per order: 1.2x
+    the model. The blocks are sorted by contents, the split's outputs with them: one array, same
+    values."""
+    from tvm_taso.ir.graph import content_digest
+    from tvm_taso.ir.merged_weights import order_merged_blocks
+
+    g, x, shape = _merged_layers([(0, 1, 2), (1, 0, 2), (2, 1, 0), (1, 2, 0)], bias=bias, conv=conv)
+    feeds = {x[0]: np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
+    before = g.evaluate(feeds)
+    expected = [before[r] for r in g.outputs]
+    assert order_merged_blocks(g) >= 3  # four merges: at most one is in the sorted order
+    assert order_merged_blocks(g) == 0  # and then all are
+    after = g.evaluate(feeds)
+    for want, ref in zip(expected, g.outputs):
+        np.testing.assert_array_equal(after[ref], want)
+    weights = {content_digest(np.ascontiguousarray(n.payload[0])) for n in g.nodes.values() if n.op == "const"}
+    assert len(weights) == (2 if bias else 1)  # one merged weight (and bias): written once
+
+
+def test_a_models_own_merged_weight_is_not_reordered():
+    """GPT-2's fused c_attn is the model's own weight: reordering it would write a copy."""
+    from tvm_taso.ir.merged_weights import order_merged_blocks
+
+    g, _, _ = _merged_layers([(1, 0, 2)], own=True)
+    assert order_merged_blocks(g) == 0
+
+
+def _layers_merged_or_not(bias):
+    """Four layers reading the same q, k, v (the model's own arrays) on their own inputs:
+    merged as the search leaves it (a folded concat(q, k, v), split), unmerged (a layer whose
+    search was cut short), half merged (concat(q, k) and v), and one that reads q and k only."""
+    from tvm_taso.ir.graph import Graph
+    from tvm_taso.ir.ops import TensorType
+
+    rng = np.random.default_rng(3)
+    blocks = [rng.standard_normal((6, 5)).astype(np.float32) for _ in range(3)]
+    biases = [rng.standard_normal(5).astype(np.float32) for _ in range(3)]
+    g = Graph()
+
+    def const(array, own, key):
+        return g.add_leaf("const", TensorType(array.shape, "float32"), (array, "own" if own else None), key=key), 0
+
+    def applied(x, which, merged):
+        weight = np.concatenate([blocks[i] for i in which], axis=1) if merged else blocks[which[0]]
+        y = (g.add("matmul", (x, const(weight, not merged, ("w", x, which))), {}), 0)
+        if bias:
+            b = np.concatenate([biases[i] for i in which]) if merged else biases[which[0]]
+            y = (g.add("add", (y, const(b, not merged, ("b", x, which))), {}), 0)
+        if len(which) == 1:
+            return [y]
+        split = g.add("split", (y,), {"indices": tuple(5 * i for i in range(1, len(which))), "axis": 1})
+        return [(split, i) for i in range(len(which))]
+
+    xs = [(g.add_leaf("input", TensorType((7, 6), "float32"), None, key=f"x{i}"), 0) for i in range(4)]
+    outs = applied(xs[0], (0, 1, 2), True)
+    outs += [y for i in range(3) for y in applied(xs[1], (i,), False)]
+    outs += applied(xs[2], (0, 1), True) + applied(xs[2], (2,), False)
+    outs += [y for i in range(2) for y in applied(xs[3], (i,), False)]
+    g.outputs = outs
+    return g, xs
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_merged_weight_is_used_where_its_blocks_are(bias):
+    """A shared-weights model whose search merged Q/K/V in some layers and not in others (cut
+    short by the time limit) was written with the blocks and the merged copy: 1.07x a Llama's
+    713 MB. Layers applying all of a merged weight's blocks to one input take it."""
+    from tvm_taso.ir.merged_weights import reuse_merged_weights
+
+    g, xs = _layers_merged_or_not(bias)
+    rng = np.random.default_rng(4)
+    feeds = {x[0]: rng.standard_normal((7, 6)).astype(np.float32) for x in xs}
+    before = g.evaluate(feeds)
+    expected = [before[r] for r in g.outputs]
+    weights_before = g.weight_bytes()
+    assert reuse_merged_weights(g) == 2  # the unmerged and the half-merged layer; not q and k alone
+    after = g.evaluate(feeds)
+    for want, ref in zip(expected, g.outputs):
+        np.testing.assert_allclose(after[ref], want, rtol=1e-6, atol=1e-6)
+    merged = [n for n in g.nodes.values() if n.op == "matmul" and n.types[0].shape[1] == 15]
+    assert len(merged) == 3 and len({n.inputs[1] for n in merged}) == 1  # one weight, three layers
+    pair = [n for n in g.nodes.values() if n.op == "matmul" and n.inputs[0] == xs[3]]
+    assert len(pair) == 2  # the q-and-k layer is left as it was
+    assert g.weight_bytes() < weights_before
+    assert reuse_merged_weights(g) == 0
+
+
+def test_shared_layers_merged_in_any_order_are_written_once(tmp_path):
+    """A 22-layer decoder whose layers all read the first layer's weights (ALBERT's way): its
+    regions merge Q/K/V in different orders, which wrote 1.5x the model."""
+    from benchmarks.llama import LlamaConfig, write_llama
+
+    path = tmp_path / "shared.onnx"
+    write_llama(path, LlamaConfig(layers=22, hidden=128, heads=4, intermediate=256, vocab=100, max_positions=32,
+                                  shared=True))
+    model = tvm_taso.load_onnx(path)
+    new, report = tvm_taso.optimize(model, target="cuda", cost_model="analytic")
+    assert report["applied"].get("merge-matmul-shared-lhs", 0) >= 22
+    assert report["weight_bytes"]["after"] <= 1.05 * report["weight_bytes"]["before"], report["weight_bytes"]
+
+
+def _weights_used_twice(tmp_path):
+    """``x @ A * x @ B``, and ``A @ v``, ``B @ w``: merging the first pair writes ``concat(A, B)``
+    beside ``A`` and ``B``, which the others still read (2 MiB of weights become 4 MiB)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((512, 512)).astype(np.float32), n) for n in "AB"]
+    nodes = [helper.make_node("MatMul", ["x", w], [f"x{w}"]) for w in "AB"]
+    nodes += [helper.make_node("Mul", ["xA", "xB"], ["y"]), helper.make_node("MatMul", ["A", "v"], ["z1"]),
+              helper.make_node("MatMul", ["B", "w"], ["z2"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 512])]
+    inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [512, 8]) for n in "vw"]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 512])]
+    outputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [512, 8]) for n in ("z1", "z2")]
+    path = tmp_path / "twice.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_rewrites_that_multiply_the_weights_are_refused(tmp_path, caplog):
+    """A rewrite that multiplies a model's weight bytes is refused past ``max_weight_growth``
+    (said, and in the report); the default lets a merge of weights in use elsewhere double them."""
+    path = _weights_used_twice(tmp_path)
+    new, report = tvm_taso.optimize(tvm_taso.load_onnx(path), target="cuda", cost_model="analytic")
+    assert report["applied"].get("merge-matmul-shared-lhs", 0) >= 1
+    growth = report["weight_bytes"]["after"] / report["weight_bytes"]["before"]
+    assert 1.9 < growth < 2.01  # the merged weight beside the two it merges
+    with caplog.at_level("WARNING", logger="tvm_taso"):
+        new, report = tvm_taso.optimize(tvm_taso.load_onnx(path), target="cuda", cost_model="analytic",
+                                        max_weight_growth=1.2)
+    assert not report["applied"] and report["speedup_estimate"] == 1.0
+    assert report["weight_bytes"]["after"] == report["weight_bytes"]["before"]
+    assert any("max_weight_growth=1.2" in r.getMessage() for r in caplog.records)
+    assert any("weights" in d["reason"] for d in report["regions_dropped"])
+
+
+def test_max_weight_growth_below_one_is_refused_in_one_line(tmp_path, capsys):
+    path = _weights_used_twice(tmp_path)
+    assert main(["optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--max-weight-growth", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--max-weight-growth" in err[0], err
+    assert not (tmp_path / "out.onnx").exists()
+
+
 def test_progress_bars_stay_off_a_log():
     """On a non-TTY stderr (CI logs, pipes) the bars wrote ``\\r`` updates into the log."""
     from tvm_taso.progress import progress_bar

@@ -76,6 +76,9 @@ def add_model_commands(sub) -> None:
     opt.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
     opt.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
     opt.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
+    opt.add_argument("--max-weight-growth", type=float, default=2.0, metavar="X",
+                     help="leave the model as it was if the rewrites would make its weights more than X times "
+                     "larger (default 2; inf for no limit)")
     _search_arg(opt)
     opt.add_argument("--check", action="store_true",
                      help="run original and optimized models in onnxruntime on the same random inputs (by name, "
@@ -144,7 +147,8 @@ def _target(text: str, runtime_ok: bool = False):
 
 
 # the search options as the command line spells them
-_OPTION_FLAGS = {"alpha": "--alpha", "budget": "--budget", "time_limit": "--time-limit", "workers": "--jobs"}
+_OPTION_FLAGS = {"alpha": "--alpha", "budget": "--budget", "time_limit": "--time-limit", "workers": "--jobs",
+                 "max_weight_growth": "--max-weight-growth"}
 
 
 def _check_options(args) -> None:
@@ -337,6 +341,7 @@ def cmd_optimize(args) -> int:
         search=args.search,
         workers=args.workers,
         shapes=sizes,
+        max_weight_growth=args.max_weight_growth,
     )
     if args.check:
         _step(f"checking outputs on random inputs ({source.check_how})")
@@ -455,6 +460,8 @@ def _print_summary(report: dict) -> None:
         print(f"cut short        the time limit stopped the search in {report['regions_cut_short']} region(s): "
               "results may differ from run to run (raise --time-limit)")
     print("rules applied    " + (", ".join(f"{k} x{v}" for k, v in report["applied"].items()) or "none"))
+    if report["merged_weights_reused"]:
+        print(f"weights shared   {report['merged_weights_reused']} site(s) given a merged weight another site made")
     for s in report["skipped"]:
         print(f"left as is       {s['what']} (x{s['count']})")
     regions = report.get("region_guard")

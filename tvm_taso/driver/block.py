@@ -6,14 +6,20 @@ Both front ends call :func:`search_block` on each graph they read (a Relax dataf
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
 from tvm_taso.cost.model import CostModel, no_size_costlier
 from tvm_taso.ir.graph import Graph, fold_constants
+from tvm_taso.ir.merged_weights import order_merged_blocks, reuse_merged_weights
 from tvm_taso.rewrite.rule import Rule
 from tvm_taso.search import Judge, SearchOptions, SearchStats, search
 from tvm_taso.search.pool import RegionPool
+
+log = logging.getLogger("tvm_taso")
+
+WEIGHT_FLOOR = 1 << 20  # bytes: lighter weights may grow to max_weight_growth times this
 
 
 @dataclass
@@ -50,6 +56,31 @@ class Outcome:
     costs_after: tuple = ()
 
 
+def _costs(cost: CostModel, graph: Graph) -> tuple:
+    return cost.cost(graph), *cost.costs_at(graph)
+
+
+def _weights_shared(graph: Graph, run: SearchRun, accept, stats: SearchStats) -> Graph:
+    """``graph`` with its merged weights in one order (:func:`order_merged_blocks`) and used
+    wherever their blocks are (:func:`reuse_merged_weights`, where no costlier at any priced
+    size); each step kept only if the front end can write it back."""
+    ordered = graph.copy()
+    candidates = [(ordered, 0)] if order_merged_blocks(ordered) else []
+    reused = (candidates[0][0] if candidates else graph).copy()
+    sites = reuse_merged_weights(reused)
+    if sites and no_size_costlier(_costs(run.cost, reused), _costs(run.cost, graph)):
+        candidates.insert(0, (reused, sites))
+    for candidate, sites in candidates:
+        try:
+            if accept is not None:
+                accept(candidate)
+        except Exception:  # noqa: BLE001 - as a region the writer refuses: left as it was
+            continue
+        stats.merges_reused += sites
+        return candidate
+    return graph
+
+
 def search_block(graph: Graph, run: SearchRun, accept=None) -> Outcome:
     """Search ``graph``, fold the weights the rewrites combined, and keep the result only if it
     is cheaper by more than ``run.options.min_gain`` (a fraction of its cost), no costlier at any
@@ -61,6 +92,14 @@ def search_block(graph: Graph, run: SearchRun, accept=None) -> Outcome:
     g = search(graph, run.rules, run.cost, run.options, deadline=run.deadline, stats=stats, progress=run.progress,
                judge=run.judge, accept=accept, pool=run.pool)
     folded = fold_constants(g)
+    g = _weights_shared(g, run, accept, stats)
+    growth = g.weight_bytes() / max(graph.weight_bytes(), WEIGHT_FLOOR)
+    if growth > run.options.max_weight_growth:
+        log.warning("the rewrites would make the weights %.1fx larger (max_weight_growth=%g): the graph is left "
+                    "as it was", growth, run.options.max_weight_growth)
+        reason = f"weights {growth:.1f}x larger"
+        stats.dropped.append({"region": None, "rules": sorted(stats.applied), "reason": reason})
+        return Outcome(graph, before, before, 0, False, stats, before_at, before_at)
     after, after_at = run.cost.cost(g), run.cost.costs_at(g)
     if (not after < before * (1.0 - run.options.min_gain) or not no_size_costlier(after_at, before_at)
             or g.structural_hash() == graph.structural_hash()):

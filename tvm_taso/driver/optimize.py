@@ -63,6 +63,7 @@ def optimize(
     rpc=None,
     options: SearchOptions | None = None,
     shapes: dict | None = None,
+    max_weight_growth: float = 2.0,
 ) -> tuple[tvm.IRModule, dict]:
     """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
 
@@ -94,6 +95,11 @@ def optimize(
     min_gain : a rewritten region or block is kept only when it is cheaper by more than this
         fraction of its cost (default 1e-6: float rounding is not a gain); otherwise the module
         is returned untouched.
+    max_weight_growth : a graph whose rewrites would make its weights more than this many times
+        larger (default 2.0; weights under 1 MiB may grow to this many MiB) is left as it was,
+        with a warning and a ``regions_dropped`` entry. Merges alone do not grow the weights
+        (layers sharing weights share their merges); ``report["weight_bytes"]`` gives an ONNX
+        model's before and after.
     search : ``"backtrack"`` (TASO's search), ``"eqsat"`` (equality saturation with egglog,
         TENSAT's search; needs ``pip install 'tvm-taso[eqsat]'``) or ``"auto"`` (eqsat, plus
         backtracking on small regions, the cheaper kept); see :mod:`tvm_taso.search.eqsat`.
@@ -150,7 +156,7 @@ def optimize(
     :class:`~tvm_taso.target.TargetError` for a target TVM does not know.
     """
     given = dict(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size, min_gain=min_gain,
-                 search=search, workers=workers)
+                 search=search, workers=workers, max_weight_growth=max_weight_growth)
     if options is None:
         options = SearchOptions(kind=given.pop("search"), **given)
     else:

@@ -72,6 +72,7 @@ class Report:
                        "refined": stats.refined, "worker_regions": stats.worker_regions},
             "applied": {} if self.reverted else dict(sorted(stats.applied.items())),
             "constants_folded": self.folded + stats.folded,
+            "merged_weights_reused": 0 if self.reverted else stats.merges_reused,
             "skipped": [{"what": what, "count": n} for what, n in sorted(self.skipped.items())],
             "curve": _curve(self.started, self.cost_before, stats.curve),
             "rewrites": stats.rewrites,

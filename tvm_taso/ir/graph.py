@@ -219,6 +219,12 @@ class Graph:
     def is_constant(self, ref: Ref) -> bool:
         return self.nodes[ref[0]].op == "const"
 
+    def weight_bytes(self) -> int:
+        """The bytes of the distinct arrays the graph's constants hold (a weight folded twice
+        is one array, :func:`shared_weight`)."""
+        arrays = {id(n.payload[0]): n.payload[0] for n in self.nodes.values() if n.op == "const"}
+        return sum(int(np.asarray(a).nbytes) for a in arrays.values())
+
     def users(self) -> dict[int, list[int]]:
         return self.derived("users", _users)
 
@@ -415,7 +421,7 @@ def fold_constants(graph: Graph, new: set[int] | frozenset = frozenset()) -> int
         folded += 1
         for i, (arr, ty) in enumerate(zip(outs, n.types)):
             # a transpose or reshape of a weight stays a view of it: written only if the result keeps it
-            arr = _shared(np.asarray(arr).astype(ty.dtype, copy=False))
+            arr = shared_weight(np.asarray(arr).astype(ty.dtype, copy=False))
             cid = graph.add_leaf("const", ty, (arr, None), key=("folded", nid, i))
             mapping[(nid, i)] = (cid, 0)
             values[(cid, 0)] = arr
@@ -431,12 +437,19 @@ _FOLDED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 SHARED_ELEMENTS = 1024  # smaller folds are not worth hashing
 
 
-def _shared(array: np.ndarray) -> np.ndarray:
+def content_digest(array: np.ndarray) -> bytes:
+    """A digest of a contiguous array's dtype, shape and bytes."""
+    digest = hashlib.blake2b(memoryview(array).cast("B"), digest_size=16)
+    digest.update(f"{array.dtype}{array.shape}".encode())
+    return digest.digest()
+
+
+def shared_weight(array: np.ndarray) -> np.ndarray:
     """``array``, or an equal one (dtype, shape and bytes) folded before and still alive. A view
     that is not contiguous (a transposed weight) stays as it is: hashing would copy it."""
     if array.size <= SHARED_ELEMENTS or not array.flags.c_contiguous:
         return array
-    key = (str(array.dtype), array.shape, hashlib.blake2b(memoryview(array).cast("B"), digest_size=16).digest())
+    key = content_digest(array)
     found = _FOLDED.get(key)
     if found is not None:
         return found

@@ -73,7 +73,10 @@ class SearchOptions:
     - ``kind``: one of :data:`SEARCHES`;
     - ``eqsat``: the :class:`EqsatLimits` of ``kind="eqsat"``/``"auto"``;
     - ``workers``: an integer >= 1, processes searching regions (:mod:`.pool`); None (default):
-      the cores this process may use.
+      the cores this process may use;
+    - ``max_weight_growth``: a number >= 1.0 (or ``inf``): a graph whose rewrites would make its
+      weights more than this many times larger is left as it was (an enlarged kernel or a merge
+      of weights that stay in use elsewhere grows the written model).
     """
 
     alpha: float = 1.05
@@ -86,6 +89,7 @@ class SearchOptions:
     kind: str = "backtrack"
     eqsat: EqsatLimits = field(default_factory=EqsatLimits)
     workers: int | None = None
+    max_weight_growth: float = 2.0
 
     def __post_init__(self):
         a = _real("alpha", self.alpha)
@@ -105,6 +109,9 @@ class SearchOptions:
             raise OptionError("eqsat", f"must be an EqsatLimits, got {self.eqsat!r}")
         if self.workers is not None:
             _int("workers", self.workers, 1)
+        if not _real("max_weight_growth", self.max_weight_growth) >= 1.0:
+            raise OptionError("max_weight_growth", f"must be a number >= 1.0 (inf for no limit), got "
+                                                   f"{self.max_weight_growth!r}")
 
     # optimize's keyword for each option it takes under another name
     KEYWORD_NAMES = {"kind": "search"}
@@ -123,7 +130,8 @@ class SearchOptions:
     def settings(self) -> dict:
         """The options as the report lists them (JSON)."""
         return {"alpha": self.alpha, "budget": self.budget, "time_limit": self.time_limit,
-                "region_size": self.region_size, "sweeps": self.sweeps, "min_gain": self.min_gain, "search": self.kind}
+                "region_size": self.region_size, "sweeps": self.sweeps, "min_gain": self.min_gain, "search": self.kind,
+                "max_weight_growth": self.max_weight_growth}
 
 
 def check_repeats(name: str, value) -> None:

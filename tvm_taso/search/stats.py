@@ -51,6 +51,7 @@ class SearchStats:
     decisions: list = field(default_factory=list)  # a judge's verdict on each rewritten region
     dropped: list = field(default_factory=list)  # rewritten regions that could not be spliced back
     applied: Counter = field(default_factory=Counter, metadata=_kept())
+    merges_reused: int = field(default=0, metadata=_kept())  # sites given a merged weight another site made
     curve: list = field(default_factory=list, metadata=_kept())  # (perf_counter time, change of the best cost)
     rewrites: list = field(default_factory=list, metadata=_kept())  # one entry per region that changed
 
