@@ -304,7 +304,8 @@ def check_ort(args, deadline: float, save) -> list:
     there against the original (see the module docstring); one row per model and provider."""
     import tvm_taso
     from tvm_taso.cli.checking import bench_in_runtime
-    from tvm_taso.target import TargetError, resolve
+    from tvm_taso.errors import TargetError
+    from tvm_taso.target import resolve
 
     from . import models
 

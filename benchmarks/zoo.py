@@ -30,6 +30,7 @@ import json
 import logging
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -251,7 +252,7 @@ def per_model(rows: list[dict]) -> str:
         for r in ok:
             rules.update(r.get("applied") or {})
         ratios = sorted(r["cost_ratio"] for r in ok if r.get("cost_ratio") is not None)
-        seconds = sorted(r["search_seconds"] for r in ok if r.get("search_seconds") is not None)
+        seconds = [r["search_seconds"] for r in ok if r.get("search_seconds") is not None]
         whys = Counter(r["no_rewrite"] for r in ok if not r.get("applied") and r.get("no_rewrite"))
         skipped = Counter(outcome(r) for r in mine if r not in ran)
         passed = f"{len(ok)}/{len(ran)}" + "".join(f"; {k} {n}" for k, n in skipped.items())
@@ -262,9 +263,16 @@ def per_model(rows: list[dict]) -> str:
             + (f"{max(errors):.1e}" if errors else "—") + " | "
             + (", ".join(sorted(rules)) or "none") + " | "
             + (f"{ratios[0]:.3f}–{ratios[-1]:.3f}" if ratios else "—") + " | "
-            + (f"{seconds[len(seconds) // 2]:.2f}" if seconds else "—") + " | "
+            + (f"{statistics.median(seconds):.2f}" if seconds else "—") + " | "
             + "; ".join(f"{why} (×{n})" for why, n in whys.most_common()).replace("|", "/") + " |")
     return "\n".join(lines)
+
+
+def write_markdown(args, rows: list[dict]) -> None:
+    Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(args.markdown, f"# tvm-taso zoo (target {args.target})\n\n{summary(rows)}\n\n"
+                                         f"## Per model\n\n{per_model(rows)}\n\n## Every row\n\n{table(rows)}\n")
+    print(f"wrote {args.markdown}")
 
 
 def summary(rows: list[dict]) -> str:
@@ -291,8 +299,15 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="cuda", help="what the cost model prices for (default cuda)")
     ap.add_argument("--json", default=str(RESULTS), help=f"where to write the rows (default {RESULTS})")
     ap.add_argument("--markdown", metavar="OUT", help="also write the table as markdown to OUT")
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: write --markdown from the rows in --json (a figure cannot drift from its file)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
+    if args.render:
+        if not args.markdown:
+            ap.error("--render writes --markdown: give it")
+        write_markdown(args, json.loads(Path(args.json).read_text())["rows"])
+        return 0
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(name)s: %(message)s")
     sources = {"torchvision": list(TORCHVISION), "hf": list(hf_builders())}
     known = [n for names in sources.values() for n in names]
@@ -329,10 +344,7 @@ def main(argv=None) -> int:
         write(args, rows, time.perf_counter() - t0)
     print(table(rows))
     if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(args.markdown, f"# tvm-taso zoo (target {args.target})\n\n{summary(rows)}\n\n"
-                                             f"## Per model\n\n{per_model(rows)}\n\n## Every row\n\n{table(rows)}\n")
-        print(f"wrote {args.markdown}")
+        write_markdown(args, rows)
     print(f"wrote {args.json}")
     print(summary(rows) + f" ({time.perf_counter() - t0:.0f} s)")
     return 1 if any(outcome(r) == "failed" for r in rows) else 0

@@ -24,17 +24,14 @@ class TasoOptimize:
         (``tvm.compile`` sets it), else the CPU.
     rules : list of :class:`~tvm_taso.rewrite.rule.Rule`; default the shipped library.
     cost_model : a :class:`~tvm_taso.cost.model.CostModel` or ``"analytic"`` / ``"auto"``.
-    alpha : relaxation of the search (TASO's alpha, default 1.05).
-    budget : graphs expanded per search region.
-    time_limit : seconds for the whole search.
+    alpha, budget, time_limit, region_size, min_gain, max_weight_growth, search, workers : the
+        search settings of :func:`tvm_taso.optimize` (TASO's relaxation, graphs expanded per
+        region, seconds for the whole search, ops per region, least relative gain, largest
+        growth of the weights, ``"backtrack"``/``"eqsat"``/``"auto"``, processes searching
+        regions); one not given takes :class:`~tvm_taso.search.options.SearchOptions`' default.
+    options : a :class:`~tvm_taso.search.options.SearchOptions` instead of those settings.
     guard : time the rewritten module against the original on this machine's device and keep
         it only when measured faster (two extra builds; see :func:`tvm_taso.optimize`).
-    region_size : ops per search region.
-    min_gain : least relative gain a rewrite must bring (default 1e-6).
-    search : ``"backtrack"`` (default), ``"eqsat"`` (equality saturation with egglog) or
-        ``"auto"``; see :func:`tvm_taso.optimize`.
-    workers : processes searching regions (default: the cores this process may use); the
-        result is the same as with one.
     shapes : sizes to price symbolic dimensions at, ``{"seq_len": [1, 128, 2048]}``; default
         each function's ``tir_var_lower_bound`` / ``tir_var_upper_bound``, else 1 and 128
         (see :func:`tvm_taso.optimize`).
@@ -45,15 +42,17 @@ class TasoOptimize:
     The report of the last run is kept in ``last_report`` (JSON-serializable dict).
     """
 
-    def __init__(self, target=None, *, rules=None, cost_model=None, alpha=1.05, budget=200, time_limit=60.0,
-                 guard=False, region_size=32, min_gain=1e-6, search="backtrack", workers=None, shapes=None):
+    def __init__(self, target=None, *, rules=None, cost_model=None, alpha=None, budget=None, time_limit=None,
+                 guard=False, region_size=None, min_gain=None, search=None, workers=None, shapes=None,
+                 max_weight_growth=None, options=None):
         from tvm_taso import target as targets
         from tvm_taso.ir import dims
         from tvm_taso.search import SearchOptions, check_search
 
-        self.options = SearchOptions(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size,
-                                     min_gain=min_gain, kind=search, workers=workers)
-        check_search(search)
+        self.options = SearchOptions.from_keywords(options, alpha=alpha, budget=budget, time_limit=time_limit,
+                                                   region_size=region_size, min_gain=min_gain, search=search,
+                                                   workers=workers, max_weight_growth=max_weight_growth)
+        check_search(self.options.kind)
         self.target = targets.resolve(target) if target is not None else None
         self.rules = rules
         self.cost_model = cost_model

@@ -62,7 +62,8 @@ class TasoBackend:
             raise TypeError(f"tvm_taso backend: unknown option(s) {', '.join(unknown)}; "
                             f"known: target, {', '.join(sorted(known))}")
         searched = SearchOptions.keywords() & set(optimize_options)
-        SearchOptions.from_keywords(**{k: optimize_options[k] for k in searched})  # a value out of range: one line
+        # a value out of range, or a setting given twice: one line
+        SearchOptions.from_keywords(optimize_options.get("options"), **{k: optimize_options[k] for k in searched})
         self.target = targets.resolve(target) if target is not None else None
         self.optimize_options = optimize_options
         self.reports: list[dict] = []

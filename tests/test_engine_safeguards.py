@@ -23,7 +23,7 @@ from tvm_taso.ir.ops import TensorType
 from tvm_taso.passes import ApplyRules, TasoOptimize
 from tvm_taso.rewrite import dpl
 from tvm_taso.rewrite.match import find_matches
-from tvm_taso.target import TargetError
+from tvm_taso.errors import TargetError
 from tvm_taso.verify import admit as admission
 
 

@@ -89,3 +89,98 @@ def test_no_function_takes_more_than_seven_positional_parameters():
                 if len(params) > MAX_POSITIONAL:
                     found.append(f"{path}:{node.lineno} {node.name} ({len(params)})")
     assert not found, "\n".join(found)
+
+
+def _module_name(path: Path) -> str:
+    name = ".".join(path.with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules it imports, at the top or inside a
+    function (a lazy import is an import all the same). ``from pkg import name`` counts as
+    ``pkg.name`` when that is a module, else as ``pkg``. The package's ``__init__`` (the public
+    API over every layer) is left out."""
+    sources = {_module_name(path): (path, tree) for path, tree in _sources() if path.parts[0] == "tvm_taso"}
+    graph: dict[str, set[str]] = {}
+    for name, (path, tree) in sources.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    found.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in sources else module)
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        graph[name] = {m for m in found if m in sources and m not in (name, "tvm_taso")}
+    graph.pop("tvm_taso", None)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    assert not _cycles(_module_imports())
+
+
+def test_an_import_cycle_is_found():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = _module_imports()
+    graph["tvm_taso.errors"] = {"tvm_taso.target"}  # target imports errors: a cycle if errors read target
+    assert any({"tvm_taso.errors", "tvm_taso.target"} <= set(c) for c in _cycles(graph))
+
+
+def test_search_defaults_are_spelled_only_in_search_options():
+    """``optimize``, ``TasoOptimize`` and the command line take the search settings with no
+    default of their own (None: :class:`SearchOptions`' applies), and the help quotes it."""
+    import inspect
+
+    from passes.taso_optimize import TasoOptimize
+    from tvm_taso.cli.main import build_parser
+    from tvm_taso.driver import optimize
+    from tvm_taso.search.options import SearchOptions
+
+    keywords = SearchOptions.keywords() & set(inspect.signature(optimize).parameters)
+    assert {"alpha", "budget", "time_limit", "search", "max_weight_growth"} <= keywords
+    for function in (optimize, TasoOptimize.__init__):
+        parameters = inspect.signature(function).parameters
+        assert {name: parameters[name].default for name in keywords} == dict.fromkeys(keywords)
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for command in ("example", "optimize", "bench"):
+        for action in commands[command]._actions:
+            if action.dest in keywords:
+                assert action.default is None, (command, action.dest)
+                default = SearchOptions.default(action.dest)
+                if default is not None:  # workers: the cores, said in words
+                    said = default if isinstance(default, str) else f"{default:g}"
+                    assert f"default {said}" in action.help, (command, action.dest, action.help)

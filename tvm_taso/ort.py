@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from tvm_taso.target import TargetError
+from tvm_taso.errors import TargetError
 
 log = logging.getLogger("tvm_taso.ort")
 

@@ -18,15 +18,13 @@ import functools
 import json
 import logging
 
+from tvm_taso.errors import TargetError
+
 log = logging.getLogger("tvm_taso.target")
 
 GPU_KINDS = ("cuda", "rocm", "vulkan", "metal", "opencl", "webgpu")
 CPU_KINDS = ("llvm", "c")
 KINDS = CPU_KINDS + GPU_KINDS
-
-
-class TargetError(ValueError):
-    """A target tvm-taso cannot use; the message lists what is accepted."""
 
 
 def _accepted() -> str:

@@ -263,10 +263,10 @@ def bench_in_runtime(original, optimized, runtime, given: dict | None = None, re
     return result
 
 
-def bench(mod, inputs, target, repeat: int = 10, time_limit: float = 60.0) -> dict:
+def bench(mod, inputs, target, repeat: int = 10, options=None) -> dict:
     """Latency of ``mod`` compiled for ``target`` with the default pipeline and with the
-    ``"taso"`` pipeline, timed side by side in one run; ``speedup`` is the median of the
-    pairwise ratios (default / taso)."""
+    ``"taso"`` pipeline (its search settings ``options``, a :class:`SearchOptions`), timed side
+    by side in one run; ``speedup`` is the median of the pairwise ratios (default / taso)."""
     from tvm_taso import passes
     from tvm_taso import target as targets
     from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
@@ -276,7 +276,7 @@ def bench(mod, inputs, target, repeat: int = 10, time_limit: float = 60.0) -> di
         raise InputError(f"no {t.kind.name} device on this machine to time on")
     builds = {
         "default": CompiledModule(mod, t, inputs, "default"),
-        "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(time_limit=time_limit)),
+        "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(options=options)),
     }
     samples = side_by_side({k: (lambda m=m: m.time_ms(50)) for k, m in builds.items()}, repeat)
     result = {}

@@ -20,7 +20,7 @@ import warnings
 from tvm_taso.cli.checking import CheckFailed
 from tvm_taso.errors import InputError
 from tvm_taso.files import OutputPathError
-from tvm_taso.target import TargetError
+from tvm_taso.errors import TargetError
 
 log = logging.getLogger("tvm_taso.cli")
 

@@ -30,10 +30,7 @@ def add_model_commands(sub) -> None:
     ex.add_argument("model", nargs="?", default="inception", choices=sorted(EXAMPLES))
     ex.add_argument("--target", default="cuda", help="target the cost model prices for (default cuda)")
     ex.add_argument("--rules", help="a rule file to use instead of the shipped library")
-    ex.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
-    ex.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
-    ex.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
-    _search_arg(ex)
+    _search_args(ex, "alpha", "budget", "time_limit")
     ex.add_argument("--json", help="write the report as JSON to this file")
     ex.add_argument("--show", action="store_true", help="print the optimized Relax module")
     ex.set_defaults(func=cmd_example)
@@ -73,13 +70,7 @@ def add_model_commands(sub) -> None:
                      "--target ort), auto (default: ort for --target ort, else measure on a local GPU, else "
                      "learned if trained, else analytic; rpc with --rpc)")
     opt.add_argument("--rules", help="a rule file to use instead of the shipped library")
-    opt.add_argument("--alpha", type=float, default=1.05, help="search relaxation (default 1.05)")
-    opt.add_argument("--budget", type=int, default=200, help="graphs expanded per region (default 200)")
-    opt.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
-    opt.add_argument("--max-weight-growth", type=float, default=2.0, metavar="X",
-                     help="leave the model as it was if the rewrites would make its weights more than X times "
-                     "larger (default 2; inf for no limit)")
-    _search_arg(opt)
+    _search_args(opt, "alpha", "budget", "time_limit", "max_weight_growth")
     opt.add_argument("--check", action="store_true",
                      help="run original and optimized models in onnxruntime on the same random inputs (by name, "
                      "dynamic dimensions at two sizes) and compare every output by name; fail on any mismatch")
@@ -110,28 +101,50 @@ def add_model_commands(sub) -> None:
                        help="optimize for onnxruntime with this provider (and its options, ort:cuda,device_id=1) "
                        "and time both models there; --target is not used")
     bench.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
-    bench.add_argument("--time-limit", type=float, default=60.0, help="seconds for the search (default 60)")
+    _search_args(bench, "time_limit", engine=False)
     bench.add_argument("--input-file", action="append", metavar="NAME=FILE.npy",
                        help="use this array for an input instead of random data (repeatable)")
     bench.add_argument("--json", help="write the measurements as JSON")
     bench.set_defaults(func=cmd_bench)
 
 
-def _search_arg(parser) -> None:
-    parser.add_argument("--search", default="backtrack", choices=["backtrack", "eqsat", "auto"],
-                        help="backtrack (TASO's search, default), eqsat (equality saturation with egglog, "
-                        "TENSAT's search; pip install 'tvm-taso[eqsat]'), auto (eqsat, plus backtracking on "
-                        "small regions)")
-    parser.add_argument("-j", "--jobs", dest="workers", type=int, default=None, metavar="N",
-                        help="processes searching regions (default: the cores this process may use); the "
-                        "result is the same as with -j 1")
+# the search settings as the command line spells them: flag, type, help (the default is added
+# from SearchOptions, the one place it is spelled)
+_SEARCH_FLAGS = {
+    "alpha": ("--alpha", float, "search relaxation"),
+    "budget": ("--budget", int, "graphs expanded per region"),
+    "time_limit": ("--time-limit", float, "seconds for the search"),
+    "max_weight_growth": ("--max-weight-growth", float, "leave the model as it was if the rewrites would make its "
+                          "weights more than this many times larger (inf for no limit)"),
+    "workers": ("--jobs", int, "processes searching regions (default: the cores this process may use); the result "
+                "is the same as with -j 1"),
+}
+
+
+def _search_args(parser, *names: str, engine: bool = True) -> None:
+    """The search settings ``names`` as flags (default None: :class:`SearchOptions`' default
+    applies), and with ``engine`` the search's kind and its workers."""
+    from tvm_taso.search.options import SEARCHES, SearchOptions
+
+    for name in names:
+        flag, kind, text = _SEARCH_FLAGS[name]
+        parser.add_argument(flag, dest=name, type=kind, default=None, metavar="X" if kind is float else "N",
+                            help=f"{text} (default {SearchOptions.default(name):g})")
+    if not engine:
+        return
+    parser.add_argument("--search", default=None, choices=list(SEARCHES),
+                        help=f"backtrack (TASO's search), eqsat (equality saturation with egglog, TENSAT's search; "
+                        f"pip install 'tvm-taso[eqsat]'), auto (eqsat, plus backtracking on small regions); "
+                        f"default {SearchOptions.default('search')}")
+    flag, kind, text = _SEARCH_FLAGS["workers"]
+    parser.add_argument("-j", flag, dest="workers", type=kind, default=None, metavar="N", help=text)
 
 
 def _target(text: str, runtime_ok: bool = False):
     """``--target`` as ``optimize`` takes it: a name or tag as is, a JSON object as a dict.
 
     Checked with :func:`tvm_taso.target.parse` first, so an unknown target is a
-    :class:`~tvm_taso.target.TargetError` before any work starts; an onnxruntime target only
+    :class:`~tvm_taso.errors.TargetError` before any work starts; an onnxruntime target only
     where ``runtime_ok`` (the commands that build with TVM refuse it).
     """
     from tvm_taso import target
@@ -146,21 +159,16 @@ def _target(text: str, runtime_ok: bool = False):
     return json.loads(text) if text.startswith("{") else text
 
 
-# the search options as the command line spells them
-_OPTION_FLAGS = {"alpha": "--alpha", "budget": "--budget", "time_limit": "--time-limit", "workers": "--jobs",
-                 "max_weight_growth": "--max-weight-growth"}
-
-
-def _check_options(args) -> None:
-    """The search options in range (:class:`tvm_taso.search.options.SearchOptions`), before any
-    work: an :class:`InputError` (exit 2) naming the option as the user typed it."""
+def _check_options(args):
+    """The search settings given on the command line as :class:`SearchOptions`, in range,
+    before any work: an :class:`InputError` (exit 2) naming the option as the user typed it."""
     from tvm_taso.search.options import OptionError, SearchOptions
 
-    given = {name: getattr(args, name) for name in _OPTION_FLAGS if hasattr(args, name)}
+    given = {name: getattr(args, name) for name in (*_SEARCH_FLAGS, "search") if hasattr(args, name)}
     try:
-        SearchOptions(**given)
+        return SearchOptions.from_keywords(None, **given)
     except OptionError as err:
-        flag = _OPTION_FLAGS.get(err.option, err.option)
+        flag = _SEARCH_FLAGS[err.option][0] if err.option in _SEARCH_FLAGS else err.option
         raise InputError(f"{flag} {str(err).removeprefix(err.option + ' ')}") from None
 
 
@@ -279,22 +287,12 @@ def cmd_example(args) -> int:
     from tvm_taso.numerics import relative_error
     from tvm_taso.runtime import check_sizes, inputs_for, run
 
-    _check_options(args)
+    options = _check_options(args)
     target = _target(args.target)
     _check_outputs(args, **{"--json": args.json})
     _quiet_skips()
     mod = examples.EXAMPLES[args.model]()
-    new, report = tvm_taso.optimize(
-        mod,
-        target=target,
-        rules=_rules(args),
-        alpha=args.alpha,
-        budget=args.budget,
-        time_limit=args.time_limit,
-        progress=True,
-        search=args.search,
-        workers=args.workers,
-    )
+    new, report = tvm_taso.optimize(mod, target=target, rules=_rules(args), progress=True, options=options)
     print(f"model            {args.model} ({len(mod['main'].body.blocks[0].bindings)} bindings), "
           f"priced for {target}")
     _print_summary(report)
@@ -318,7 +316,7 @@ def cmd_optimize(args) -> int:
     import tvm_taso
     from tvm_taso.cli.checking import CheckFailed, check_line, failure_line
 
-    _check_options(args)
+    options = _check_options(args)
     target = _target(args.target, runtime_ok=True)
     paths = {"-o": args.output, "--report": args.report, "--html": args.html}
     _check_outputs(args, **paths)
@@ -327,21 +325,16 @@ def cmd_optimize(args) -> int:
     cost_model = _cost_model(args.cost, target, args.rpc)
     _quiet_skips()
     source = _read_source(args, shapes, paths)
-    _step(f"searching ({len(rules)} rules, time limit {args.time_limit:g} s)")
+    _step(f"searching ({len(rules)} rules, time limit {options.time_limit:g} s)")
     new, report = tvm_taso.optimize(
         source.model,
         target=target,
         rules=rules,
         cost_model=cost_model,
-        alpha=args.alpha,
-        budget=args.budget,
-        time_limit=args.time_limit,
         progress=True,
         guard=args.guard or None,  # None: the target's default (on for onnxruntime)
-        search=args.search,
-        workers=args.workers,
         shapes=sizes,
-        max_weight_growth=args.max_weight_growth,
+        options=options,
     )
     if args.check:
         _step(f"checking outputs on random inputs ({source.check_how})")
@@ -514,6 +507,7 @@ def cmd_bench(args) -> int:
     from tvm_taso.io.onnx_import import import_relax
     from tvm_taso.runtime import check_sizes, inputs_for
 
+    options = _check_options(args)
     target = _target(args.target)
     _check_outputs(args, **{"--json": args.json})
     repeat, given = _repeat(args), dict(_input_file(s) for s in args.input_file or [])
@@ -524,7 +518,7 @@ def cmd_bench(args) -> int:
         mod = import_relax(args.input, shapes=_shapes(args))
         inputs = inputs_for(mod, given)
     _step(f"compiling and timing on {target} (with and without TasoOptimize)")
-    result = bench(mod, inputs, target, repeat=repeat, time_limit=args.time_limit)
+    result = bench(mod, inputs, target, repeat=repeat, options=options)
     print(f"{'pipeline':24s} {'median ms':>10s} {'min ms':>10s}")
     for key in ("default", "taso"):
         r = result[key]
@@ -546,13 +540,14 @@ def _bench_in_runtime(args) -> int:
 
     if not targets.resolve(args.runtime).runtime:
         raise InputError(f"--runtime {args.runtime!r}: expected ort[:provider][,key=value...]")
+    options = _check_options(args)
     runtime = _target(args.runtime, runtime_ok=True)
     _check_outputs(args, **{"--json": args.json})
     repeat, given = _repeat(args), dict(_input_file(s) for s in args.input_file or [])
     _quiet_skips()
     model = tvm_taso.load_onnx(args.input, shapes=_shapes(args))
-    _step(f"optimizing for {runtime} (time limit {args.time_limit:g} s)")
-    new, report = tvm_taso.optimize(model, target=runtime, time_limit=args.time_limit, progress=True)
+    _step(f"optimizing for {runtime} (time limit {options.time_limit:g} s)")
+    new, report = tvm_taso.optimize(model, target=runtime, progress=True, options=options)
     _step(f"timing the original and the optimized model in {runtime}, side by side")
     result = bench_in_runtime(model, new, runtime, given, repeat=repeat)
     result["report"] = report

@@ -3,7 +3,6 @@ model's graph, with the options checked once, the target parsed once and one rep
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 import warnings
@@ -49,21 +48,21 @@ def optimize(
     *,
     rules: list[Rule] | None = None,
     cost_model: CostModel | str | None = None,
-    alpha: float = 1.05,
-    budget: int = 200,
-    time_limit: float = 60.0,
-    region_size: int = 32,
+    alpha: float | None = None,
+    budget: int | None = None,
+    time_limit: float | None = None,
+    region_size: int | None = None,
     progress: bool = False,
     guard=None,
     guard_repeats: int | None = None,
-    min_gain: float = 1e-6,
-    search: str = "backtrack",
+    min_gain: float | None = None,
+    search: str | None = None,
     region_guard=None,
     workers: int | None = None,
     rpc=None,
     options: SearchOptions | None = None,
     shapes: dict | None = None,
-    max_weight_growth: float = 2.0,
+    max_weight_growth: float | None = None,
 ) -> tuple[tvm.IRModule, dict]:
     """Rewrite every Relax function of ``mod`` with the substitutions that lower its cost.
 
@@ -88,19 +87,21 @@ def optimize(
     rpc : the devices ``cost_model="rpc"`` measures on, through TVM's RPC: ``"host:port/key"``
         (a tracker and the key its devices registered under) or ``"host:port,host:port"`` / a
         list (servers); checked before the search starts (one line when unreachable).
-    alpha : keep exploring graphs up to ``alpha`` times the best cost (TASO's relaxation).
+    alpha : keep exploring graphs up to ``alpha`` times the best cost (TASO's relaxation). This
+        and the search settings below (``budget`` to ``max_weight_growth``, ``search``,
+        ``workers``) take :class:`~tvm_taso.search.options.SearchOptions`' defaults when not given.
     budget : graphs expanded per region of the search.
     time_limit : wall-clock bound for the whole search, in seconds.
     region_size : ops per search region (the graph is split so time grows linearly).
     min_gain : a rewritten region or block is kept only when it is cheaper by more than this
-        fraction of its cost (default 1e-6: float rounding is not a gain); otherwise the module
+        fraction of its cost (float rounding is not a gain); otherwise the module
         is returned untouched.
     max_weight_growth : a graph whose rewrites would make its weights more than this many times
-        larger (default 2.0; weights under 1 MiB may grow to this many MiB) is left as it was,
+        larger (weights under 1 MiB may grow to this many MiB) is left as it was,
         with a warning and a ``regions_dropped`` entry. Merges alone do not grow the weights
         (layers sharing weights share their merges); ``report["weight_bytes"]`` gives an ONNX
         model's before and after.
-    search : ``"backtrack"`` (TASO's search), ``"eqsat"`` (equality saturation with egglog,
+    search : ``"backtrack"`` (TASO's search, the default), ``"eqsat"`` (equality saturation with egglog,
         TENSAT's search; needs ``pip install 'tvm-taso[eqsat]'``) or ``"auto"`` (eqsat, plus
         backtracking on small regions, the cheaper kept); see :mod:`tvm_taso.search.eqsat`.
         ``report["search"]`` says which ran per region, the seconds in the search proper
@@ -149,22 +150,16 @@ def optimize(
         the same as with one (unless ``time_limit`` cuts regions short); with a cost model that
         times kernels on this machine (``measure``, ``ort``) regions are searched in one process.
     options : a :class:`~tvm_taso.search.options.SearchOptions` instead of ``alpha``, ``budget``,
-        ``time_limit``, ``region_size``, ``min_gain``, ``search`` and ``workers`` (and with more:
-        the backtracking's ``patience``, eqsat's limits, how many ``sweeps`` over the graph).
+        ``time_limit``, ``region_size``, ``min_gain``, ``max_weight_growth``, ``search`` and
+        ``workers`` (and with more: the backtracking's ``patience``, eqsat's limits, how many
+        ``sweeps`` over the graph); a setting given both ways is refused.
 
     Raises ValueError (one line) for an option out of range and
-    :class:`~tvm_taso.target.TargetError` for a target TVM does not know.
+    :class:`~tvm_taso.errors.TargetError` for a target TVM does not know.
     """
-    given = dict(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size, min_gain=min_gain,
-                 search=search, workers=workers, max_weight_growth=max_weight_growth)
-    if options is None:
-        options = SearchOptions(kind=given.pop("search"), **given)
-    else:
-        defaults = inspect.signature(optimize).parameters
-        both = sorted(name for name, value in given.items() if value != defaults[name].default)
-        if both:  # which one was meant cannot be told: say so rather than drop one
-            raise ValueError(f"{', '.join(both)} given both as keyword{'s' * (len(both) > 1)} and in options; "
-                             "give search settings one way")
+    options = SearchOptions.from_keywords(options, alpha=alpha, budget=budget, time_limit=time_limit,
+                                          region_size=region_size, min_gain=min_gain, search=search, workers=workers,
+                                          max_weight_growth=max_weight_growth)
     if guard_repeats is not None:
         check_repeats("guard_repeats", guard_repeats)
     check_search(options.kind)

@@ -8,29 +8,14 @@ import time
 from tvm_taso.cost.model import CostModel
 from tvm_taso.ir.graph import Graph
 from tvm_taso.rewrite.rule import Rule
-from tvm_taso.search.backtrack import Backtrack
-from tvm_taso.search.eqsat import EqsatRegion, require_egglog
-from tvm_taso.search.options import SEARCHES, EqsatLimits, OptionError, SearchOptions, check_kind
+from tvm_taso.search.engines import check_search, region_search
+from tvm_taso.search.options import SEARCHES, EqsatLimits, OptionError, SearchOptions
 from tvm_taso.search.pool import RegionPool
-from tvm_taso.search.regions import Judge, RegionSearch, search_regions
+from tvm_taso.search.regions import Judge, search_regions
 from tvm_taso.search.stats import SearchStats, Stop
 
 __all__ = ["SEARCHES", "EqsatLimits", "OptionError", "SearchOptions", "SearchStats", "Stop", "check_search",
            "region_search", "search"]
-
-
-def check_search(kind: str) -> None:
-    """ValueError for an unknown search; ImportError when eqsat is asked for without egglog."""
-    check_kind(kind)
-    if kind != "backtrack":
-        require_egglog()
-
-
-def region_search(rules: list[Rule], cost: CostModel, options: SearchOptions) -> RegionSearch:
-    """The search ``options.kind`` asks for, on one region at a time."""
-    if options.kind == "backtrack":
-        return Backtrack(rules, cost, options)
-    return EqsatRegion(rules, cost, options)
 
 
 def search(g: Graph, rules: list[Rule], cost: CostModel, options: SearchOptions | None = None, *,

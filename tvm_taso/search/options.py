@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 
 SEARCHES = ("backtrack", "eqsat", "auto")
 
@@ -122,10 +122,26 @@ class SearchOptions:
         return {cls.KEYWORD_NAMES.get(f.name, f.name) for f in fields(cls)}
 
     @classmethod
-    def from_keywords(cls, **given) -> SearchOptions:
-        """The options from ``optimize``'s keywords (:meth:`keywords`), validated."""
+    def from_keywords(cls, options: SearchOptions | None = None, **given) -> SearchOptions:
+        """The options from ``optimize``'s keywords (:meth:`keywords`; ``None`` is a keyword not
+        given: the default here applies), validated; or ``options`` when no keyword is given.
+        A setting given both ways is refused: which one was meant cannot be told."""
         names = {v: k for k, v in cls.KEYWORD_NAMES.items()}
-        return cls(**{names.get(k, k): v for k, v in given.items()})
+        given = {k: v for k, v in given.items() if v is not None}
+        if options is None:
+            return cls(**{names.get(k, k): v for k, v in given.items()})
+        if given:
+            both = sorted(given)
+            raise ValueError(f"{', '.join(both)} given both as keyword{'s' * (len(both) > 1)} and in options; "
+                             "give search settings one way")
+        return options
+
+    @classmethod
+    def default(cls, name: str):
+        """The default of the option ``optimize`` takes as ``name``: what help texts quote."""
+        names = {v: k for k, v in cls.KEYWORD_NAMES.items()}
+        return next(f.default if f.default_factory is MISSING else f.default_factory()
+                    for f in fields(cls) if f.name == names.get(name, name))
 
     def settings(self) -> dict:
         """The options as the report lists them (JSON)."""

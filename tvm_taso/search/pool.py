@@ -64,7 +64,7 @@ _warned: set = set()  # worker counts already said to be unusable or more than t
 
 def _start_worker(payload: bytes) -> None:
     global _search
-    from tvm_taso.search import region_search
+    from tvm_taso.search.engines import region_search
 
     rules, cost, options = pickle.loads(payload)
     _search = region_search(rules, cost, options)
