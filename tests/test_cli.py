@@ -227,3 +227,25 @@ def test_help_is_complete():
     assert status == 0
     for flag in ("--target", "--cost", "--alpha", "--budget", "--time-limit", "--check", "--report", "--html", "--shape"):
         assert flag in stdout
+
+
+@pytest.mark.parametrize("spelling", ["cuda", '{"kind": "cuda", "arch": "sm_80"}', "llvm"])
+def test_the_target_is_parsed_once_per_command(tmp_path, monkeypatch, spelling):
+    """--target is resolved by the command line and the Target goes down: no layer parses the
+    spelling again (it was parsed 7 times for one `optimize`: resolve 3 times, kind 3, canonical)."""
+    from tvm_taso import target as targets
+
+    parsed = []
+    parse = targets.parse
+
+    def counting(target=None):
+        if isinstance(target, (str, dict)):
+            parsed.append(target)
+        return parse(target)
+
+    monkeypatch.setattr(targets, "parse", counting)
+    path = tmp_path / "m.onnx"
+    onnx.save(inception_onnx(), path)
+    assert main(["optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--target", spelling,
+                 "--time-limit", "10"]) == 0
+    assert parsed == [spelling]

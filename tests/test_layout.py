@@ -184,3 +184,26 @@ def test_search_defaults_are_spelled_only_in_search_options():
                 if default is not None:  # workers: the cores, said in words
                     said = default if isinstance(default, str) else f"{default:g}"
                     assert f"default {said}" in action.help, (command, action.dest, action.help)
+
+
+def test_model_kinds_are_told_apart_in_one_place():
+    """``optimize`` asks its model's front end (read, write back, guard, count kernels) and
+    does not branch on the kind; the front ends search through the block driver's one retry
+    loop (``search_written``), not with loops of their own around ``search_block``."""
+    kinds = {"OnnxModel", "IRModule"}
+    branching, searching = [], []
+    for path, tree in _sources():
+        if path.parts[:2] != ("tvm_taso", "driver"):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", None)
+            if name == "isinstance":
+                named = {getattr(n, "id", None) or getattr(n, "attr", None) for n in ast.walk(node.args[1])}
+                if named & kinds:
+                    branching.append(str(path))
+            if name == "search_block" and path.name != "block.py":
+                searching.append(f"{path}:{node.lineno}")
+    assert branching == ["tvm_taso/driver/front_end.py"], branching
+    assert not searching, searching

@@ -56,7 +56,9 @@ class Target:
 
     @functools.cached_property
     def canonical(self) -> str:
-        return canonical(self.given if self.given is not None else self.tvm)
+        # a JSON spelling keeps its annotations (taso:...); any other is TVM's object, parsed once
+        spelled_json = isinstance(self.given, str) and self.given.lstrip().startswith("{")
+        return canonical(self.given if spelled_json else self.tvm)
 
 
 def resolve(target=None) -> Target:

@@ -141,22 +141,20 @@ def _search_args(parser, *names: str, engine: bool = True) -> None:
 
 
 def _target(text: str, runtime_ok: bool = False):
-    """``--target`` as ``optimize`` takes it: a name or tag as is, a JSON object as a dict.
-
-    Checked with :func:`tvm_taso.target.parse` first, so an unknown target is a
-    :class:`~tvm_taso.errors.TargetError` before any work starts; an onnxruntime target only
-    where ``runtime_ok`` (the commands that build with TVM refuse it).
+    """``--target`` resolved (:func:`tvm_taso.target.resolve`), once for the whole command: the
+    :class:`~tvm_taso.target.Target` goes down to every function that needs it. An unknown
+    target is a :class:`~tvm_taso.errors.TargetError` before any work starts; an onnxruntime
+    target is taken only where ``runtime_ok`` (the commands that build with TVM refuse it).
     """
     from tvm_taso import target
 
-    runtime = target.resolve(text).runtime
-    if runtime is not None and not runtime_ok:
+    resolved = target.resolve(text.strip())
+    if resolved.runtime is not None and not runtime_ok:
         raise InputError(f"--target {text}: onnxruntime is a target for `tvm-taso optimize` and `bench --runtime` "
                          "of ONNX models; this command builds with TVM (give llvm, cuda, ...)")
-    if runtime is not None:
-        runtime.check()  # no onnxruntime, no such provider or no device for it: one line
-    text = text.strip()
-    return json.loads(text) if text.startswith("{") else text
+    if resolved.runtime is not None:
+        resolved.runtime.check()  # no onnxruntime, no such provider or no device for it: one line
+    return resolved
 
 
 def _check_options(args):
@@ -535,13 +533,12 @@ def _bench_in_runtime(args) -> int:
     """``bench --runtime``: the model optimized for onnxruntime, then the original and the result
     timed side by side there (:func:`tvm_taso.cli.checking.bench_in_runtime`)."""
     import tvm_taso
-    from tvm_taso import target as targets
     from tvm_taso.cli.checking import bench_in_runtime
 
-    if not targets.resolve(args.runtime).runtime:
-        raise InputError(f"--runtime {args.runtime!r}: expected ort[:provider][,key=value...]")
     options = _check_options(args)
     runtime = _target(args.runtime, runtime_ok=True)
+    if runtime.runtime is None:
+        raise InputError(f"--runtime {args.runtime!r}: expected ort[:provider][,key=value...]")
     _check_outputs(args, **{"--json": args.json})
     repeat, given = _repeat(args), dict(_input_file(s) for s in args.input_file or [])
     _quiet_skips()

@@ -1,6 +1,6 @@
 """The drivers above the search: :func:`optimize` (options checked once, the target parsed
-once, one report) over the Relax front end (:mod:`.relax`) and the ONNX one (:mod:`.onnx`),
-both of which search each graph with the one block driver (:mod:`.block`)."""
+once, one report) over the model's front end (:mod:`.front_end`: Relax, :mod:`.relax`; ONNX,
+:mod:`.onnx`), each of which searches its graphs through the one block driver (:mod:`.block`)."""
 
 from tvm_taso.driver.optimize import TasoSkippedWarning, optimize
 

@@ -1,14 +1,16 @@
 """The block driver: one graph searched, its weights folded, and the result kept only if cheaper.
 
-Both front ends call :func:`search_block` on each graph they read (a Relax dataflow block,
-:mod:`.relax`; an ONNX model's graph, :mod:`.onnx`) and write back what it keeps.
+Both front ends call :func:`search_written` on each graph they read (a Relax dataflow block,
+:mod:`.relax`; an ONNX model's graph, :mod:`.onnx`): it searches (:func:`search_block`) and
+writes back what the search keeps, searching again when the result cannot be written (the one
+retry loop; what a front end can leave out and search without is its :class:`Writable`'s).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from tvm_taso.cost.model import CostModel, no_size_costlier
 from tvm_taso.ir.graph import Graph, fold_constants
@@ -20,6 +22,40 @@ from tvm_taso.search.pool import RegionPool
 log = logging.getLogger("tvm_taso")
 
 WEIGHT_FLOOR = 1 << 20  # bytes: lighter weights may grow to max_weight_growth times this
+MAX_ATTEMPTS = 6  # searches of one graph whose results could not be written
+
+
+@dataclass
+class Result:
+    """What a front end made of a model: the new one (the same object when nothing was
+    applied), the costs before and after, the weight expressions folded, facts for the report
+    and the kernels before and after when the front end counts them (the ONNX one's)."""
+
+    model: object
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+    folded: int = 0
+    facts: dict = field(default_factory=dict)
+    kernels: tuple[int, int] | None = None
+
+
+class Writable(Protocol):
+    """A graph read from a model, and how to write a searched graph back into it."""
+
+    name: str  # what the log calls it
+
+    @property
+    def graph(self) -> Graph:
+        """The graph to search (it changes when :meth:`leave_out` leaves something out)."""
+
+    def write(self, graph: Graph):
+        """The model with ``graph`` written back; raises when it cannot be."""
+
+    def leave_out(self, graph: Graph, err: Exception) -> bool | None:
+        """After ``write(graph)`` raised ``err``: True when what could not be written is now
+        left out of :attr:`graph` (search again), False when nothing more can be (give up), None
+        when ``err`` is not such a refusal (search again, each region's result written as it is
+        found, so that only the regions that cannot be written are left out)."""
 
 
 @dataclass
@@ -79,6 +115,35 @@ def _weights_shared(graph: Graph, run: SearchRun, accept, stats: SearchStats) ->
         stats.merges_reused += sites
         return candidate
     return graph
+
+
+def search_written(source: Writable, run: SearchRun, stats: SearchStats) -> tuple[Outcome, object] | None:
+    """``source``'s graph searched and written back: ``(outcome, written)``, where ``written`` is
+    None when the search kept nothing; None when no result could be written in
+    :data:`MAX_ATTEMPTS` searches. Each search's statistics go to ``stats``."""
+    checked = False  # each region's result written as it is found
+    for _ in range(MAX_ATTEMPTS):
+        outcome = search_block(source.graph, run, source.write if checked else None)
+        if not outcome.kept:
+            stats.absorb(outcome.stats, kept=False)
+            return outcome, None
+        try:
+            written = source.write(outcome.graph)
+        except Exception as err:  # noqa: BLE001 - search again without what cannot be written
+            stats.absorb(outcome.stats, kept=False)
+            left_out = source.leave_out(outcome.graph, err)
+            if left_out is False:
+                return None
+            if left_out is None:
+                if checked:
+                    raise
+                log.warning("%s: the search's result could not be written back (%s: %s); searching again, "
+                            "leaving out the regions that cannot be", source.name, type(err).__name__, err)
+                checked = True
+            continue
+        stats.absorb(outcome.stats, kept=True)
+        return outcome, written
+    return None
 
 
 def search_block(graph: Graph, run: SearchRun, accept=None) -> Outcome:

@@ -1,10 +1,12 @@
-"""The ONNX front end of ``optimize``: the search on an :class:`~tvm_taso.io.onnx_model.OnnxModel`'s
-graph (read and written through :mod:`tvm_taso.io.onnx_bridge`), and the guard for ONNX models.
+"""The ONNX front end of ``optimize`` (:class:`OnnxFrontEnd`): the search on an
+:class:`~tvm_taso.io.onnx_model.OnnxModel`'s graph (read and written through
+:mod:`tvm_taso.io.onnx_bridge`), and the guard for ONNX models.
 
 A result the bridge cannot write (a rewrite that would fix the size of a symbolic dimension,
 or a node with no ONNX form at the model's opset) is not applied: the ONNX nodes that rewrite
-replaced are kept opaque and the search runs again, at most :data:`MAX_ATTEMPTS` times. Any
-other write failure searches again with each region's result written as it is found.
+replaced are kept opaque and the search runs again (:func:`~tvm_taso.driver.block.search_written`,
+the retry loop both front ends share). Any other write failure searches again with each
+region's result written as it is found.
 """
 
 from __future__ import annotations
@@ -13,16 +15,15 @@ import logging
 from collections import Counter
 
 from tvm_taso.cost.model import kernel_count
-from tvm_taso.driver.block import SearchRun, search_block
-from tvm_taso.driver.relax import Result
+from tvm_taso.driver.block import Result, SearchRun, search_written
 from tvm_taso.io.onnx_bridge import OnnxGraph, RewriteRejected
+from tvm_taso.errors import InputError
 from tvm_taso.io.onnx_model import OnnxModel
 from tvm_taso.ir.graph import Graph
 from tvm_taso.search import SearchStats
 
 log = logging.getLogger("tvm_taso")
 
-MAX_ATTEMPTS = 6
 GROWTH = 1.05  # weights growing more than this with the rewrites are said (merges alone do not grow them)
 
 
@@ -41,45 +42,87 @@ def weight_bytes(proto) -> int:
     return total
 
 
+class OnnxFrontEnd:
+    """An ONNX model as ``optimize`` reads, writes, guards and counts it
+    (:class:`~tvm_taso.driver.front_end.FrontEnd`). An internal failure keeps the model, with a
+    line in the report's ``skipped``."""
+
+    def __init__(self, model: OnnxModel):
+        self.model = model
+        self.opset = model.opset  # regions are judged as ONNX at the model's opset
+
+    def check(self, target, sizes: dict) -> None:
+        if sizes:
+            raise ValueError("shapes: an ONNX model's sizes are given to tvm_taso.load_onnx(path, shapes=...)")
+
+    def search(self, run: SearchRun, report) -> Result:
+        try:
+            result = optimize_onnx(self.model, run, report.stats, report.skipped)
+        except InputError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the pass's promise: an internal failure keeps the model
+            log.debug("optimizing %s failed", self.model.name, exc_info=True)
+            report.skipped[f"{self.model.name}: left as is after an internal error ({type(err).__name__}: {err})"] += 1
+            report.stats.forget_results()
+            return Result(self.model)
+        report.facts = result.facts
+        return result
+
+    def guard(self, new: OnnxModel, target, repeats: int) -> dict:
+        return guard_onnx(self.model, new, target, repeats)
+
+    def kernels(self, result: Result, new: OnnxModel, target) -> tuple[int | None, int | None]:
+        """The fusion model's counts on the engine graph (TVM's importer refuses many exports)."""
+        before, after = result.kernels or (None, None)
+        return before, before if new is self.model else after
+
+
 def optimize_onnx(model: OnnxModel, run: SearchRun, stats: SearchStats, skipped: Counter) -> Result:
     """Search ``model``'s graph; the result's facts say which dimensions were priced, which
     rewrites could not be written and why nodes stayed opaque, its ``kernels`` the kernels
     before and after.
     ``skipped`` gets the opaque nodes by ONNX op type, each named once."""
-    frozen: set[int] = set()
-    rejected: list[str] = []
-    checked = False  # each region's result written as it is found (after a write failed)
-    for _ in range(MAX_ATTEMPTS):
-        bridge = OnnxGraph(model, frozen)
-        outcome = search_block(bridge.graph, run, bridge.written if checked else None)
-        if not outcome.kept:
-            stats.absorb(outcome.stats, kept=False)
-            return _done(model, bridge, skipped, rejected, outcome.graph, model, outcome)
-        try:
-            written = bridge.written(outcome.graph)
-        except RewriteRejected as err:
-            more = bridge.owners_to_freeze(outcome.graph, err.nids) - frozen
-            log.info("rewrite not applied (%s); searching again without it", err)
-            rejected.append(str(err))
-            stats.absorb(outcome.stats, kept=False)
-            if not more:
-                break
-            frozen |= more
-            continue
-        except Exception as err:  # noqa: BLE001 - search again, dropping the regions that cannot be written
-            if checked:
-                raise
-            log.warning("%s: the search's result could not be written as ONNX (%s: %s); searching again, "
-                        "leaving out the regions that cannot be", model.name, type(err).__name__, err)
-            stats.absorb(outcome.stats, kept=False)
-            checked = True
-            continue
-        stats.absorb(outcome.stats, kept=True)
-        return _done(model, bridge, skipped, rejected, outcome.graph, written, outcome)
-    skipped["rewrites left out: none could be written as ONNX"] += 1
-    bridge = OnnxGraph(model)
-    cost = run.cost.cost(bridge.graph)
-    return _done(model, bridge, skipped, rejected, bridge.graph, model, Result(model, cost, cost))
+    source = _Model(model)
+    searched = search_written(source, run, stats)
+    if searched is None:
+        skipped["rewrites left out: none could be written as ONNX"] += 1
+        bridge = OnnxGraph(model)
+        cost = run.cost.cost(bridge.graph)
+        return _done(model, bridge, skipped, source.rejected, bridge.graph, model, Result(model, cost, cost))
+    outcome, written = searched
+    return _done(model, source.bridge, skipped, source.rejected, outcome.graph,
+                 model if written is None else written, outcome)
+
+
+class _Model:
+    """An ONNX model's graph, written back as the model (:class:`~tvm_taso.driver.block.Writable`).
+    A rewrite the bridge refuses (:class:`RewriteRejected`: it would fix a symbolic size, or has
+    no ONNX form at the model's opset) is left out by keeping the nodes it replaced opaque."""
+
+    def __init__(self, model: OnnxModel):
+        self.model, self.name = model, model.name
+        self.frozen: set[int] = set()
+        self.rejected: list[str] = []
+        self.bridge = OnnxGraph(model)
+
+    @property
+    def graph(self) -> Graph:
+        return self.bridge.graph
+
+    def write(self, graph: Graph) -> OnnxModel:
+        return self.bridge.written(graph)
+
+    def leave_out(self, graph: Graph, err: Exception) -> bool | None:
+        if not isinstance(err, RewriteRejected):
+            return None
+        log.info("rewrite not applied (%s); searching again without it", err)
+        self.rejected.append(str(err))
+        more = self.bridge.owners_to_freeze(graph, err.nids) - self.frozen
+        if not more:
+            return False
+        self.frozen |= more
+        self.bridge = OnnxGraph(self.model, self.frozen)
+        return True
 
 
 def _done(model: OnnxModel, bridge: OnnxGraph, skipped: Counter, rejected: list[str], graph: Graph,
@@ -107,7 +150,7 @@ def guard_onnx(before: OnnxModel, after: OnnxModel, target, repeats: int) -> dic
     (:func:`tvm_taso.guard.guard_in_runtime`), on random inputs at the priced sizes."""
     from tvm_taso import target as targets
     from tvm_taso.guard import guard, guard_in_runtime
-    from tvm_taso.io.onnx_import import InputError, import_relax
+    from tvm_taso.io.onnx_import import import_relax
 
     runtime = targets.resolve(target).runtime
     if runtime is not None:

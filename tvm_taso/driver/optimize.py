@@ -9,21 +9,15 @@ import warnings
 from collections import Counter
 
 import tvm
-import tvm_ffi
 
 from tvm_taso import target as targets
 from tvm_taso.cost.factory import make_cost_model
-from tvm_taso.cost.kernel_build import launched_kernels
 from tvm_taso.cost.model import CostModel
 from tvm_taso.driver.block import SearchRun
-from tvm_taso.driver.onnx import guard_onnx, optimize_onnx
-from tvm_taso.driver.relax import Result, optimize_relax
+from tvm_taso.driver.front_end import front_end_for
 from tvm_taso.driver.report import Report
 from tvm_taso.guard import RegionGuard
 from tvm_taso.ir import dims
-from tvm_taso.guard import guard as measured_guard
-from tvm_taso.io.onnx_import import InputError
-from tvm_taso.io.onnx_model import OnnxModel
 from tvm_taso.progress import progress_bar
 from tvm_taso.rewrite.rule import Rule, default_rules
 from tvm_taso.search import SearchOptions, SearchStats, check_search
@@ -165,17 +159,14 @@ def optimize(
     check_search(options.kind)
     named = target is not None or tvm.target.Target.current(allow_none=True) is not None
     target = targets.resolve(target)  # an unknown target: one line listing what is accepted
+    sizes = dims.checked_sizes(shapes)
+    front = front_end_for(mod)
+    front.check(target, sizes)
     if target.runtime is not None:
-        if not isinstance(mod, OnnxModel):
-            raise targets.TargetError(f"target {target} times ONNX models in onnxruntime; give the model from "
-                                      "tvm_taso.load_onnx, or a TVM target for a Relax module")
         target.runtime.check()  # no onnxruntime, no such provider or no device: one line
     guard = target.runtime is not None if guard is None else guard
     if guard_repeats is None:
         guard_repeats = ORT_REPEATS if target.runtime is not None else REPEATS
-    sizes = dims.checked_sizes(shapes)
-    if sizes and isinstance(mod, OnnxModel):
-        raise ValueError("shapes: an ONNX model's sizes are given to tvm_taso.load_onnx(path, shapes=...)")
     started = time.perf_counter()
     deadline = started + options.time_limit  # checking a user's rules counts in it
     refused: list = []
@@ -183,15 +174,14 @@ def optimize(
                                                          progress=progress)
     rules_seconds = time.perf_counter() - started
     cost = make_cost_model(cost_model, target, rpc=rpc)
-    judge = _region_guard(region_guard, guard, cost, target, guard_repeats,
-                          mod.opset if isinstance(mod, OnnxModel) else None)
+    judge = _region_guard(region_guard, guard, cost, target, guard_repeats, front.opset)
     report = Report({}, str(target) if named else None, options, guard, SearchStats(), Counter(),
                     started, rules_seconds=rules_seconds, rules_refused=refused)
     bar = progress_bar("tvm-taso search", "region") if progress else None
     pool = RegionPool.for_run(rules, cost, options)
     run = SearchRun(rules, cost, options, deadline, judge, bar.update if bar is not None else None, pool, sizes)
     try:
-        result = _front_end(mod, run, report)
+        result = front.search(run, report)
     finally:  # an interrupted search too: the bar's line is cleared before anything else is printed
         if pool is not None:
             pool.close()
@@ -202,20 +192,16 @@ def optimize(
     if unused:
         log.warning("shapes: no symbolic size named %s in the module (its symbols: %s)", ", ".join(unused),
                     ", ".join(sorted(report.facts.get("priced_sizes", {}))) or "none")
-    if new_mod is not mod and not isinstance(mod, OnnxModel) and tvm_ffi.structural_equal(new_mod, mod):
-        # every rewrite was undone by a later one: the module is the same, so say nothing was applied
-        new_mod, result.cost_after = mod, result.cost_before
-        report.stats.forget_results()
     report.cost_model = cost.describe()  # after the search: it counts what was measured
     report.cost_before, report.cost_after = result.cost_before, result.cost_after
     report.search_cost_after, report.folded = result.cost_after, result.folded
     report.seconds = time.perf_counter() - started
     report.region_guard = judge.summary(report.stats.decisions) if judge is not None else None
     if guard and new_mod is not mod:
-        report.judged(_whole_model_guard(guard, mod, new_mod, target, guard_repeats))
+        report.judged(guard(mod, new_mod) if callable(guard) else front.guard(new_mod, target, guard_repeats))
         if report.reverted:
             new_mod = mod
-    _count_kernels(report, result, mod, new_mod, target)
+    report.kernels_before, report.kernels_after = front.kernels(result, new_mod, target)
     if report.stats.regions_cut_short:
         log.warning("time_limit=%gs cut the search short in %d region(s); the result may differ "
                     "from run to run (raise time_limit, or bound the search by budget)",
@@ -231,47 +217,6 @@ def optimize(
     log.info("cost %.1f -> %.1f us in %.2f s, applied %s", report.cost_before, report.cost_after, report.seconds,
              dict(report.stats.applied))
     return new_mod, report.to_json()
-
-
-def _front_end(mod, run: SearchRun, report: Report) -> Result:
-    """``mod`` searched by the front end for its kind (ONNX or Relax). On the ONNX path an
-    internal failure keeps the model, with a line in the report's ``skipped``; the Relax path
-    keeps each function whose search failed."""
-    if not isinstance(mod, OnnxModel):
-        result = optimize_relax(mod, run, report.stats, report.skipped)
-        report.facts = result.facts
-        return result
-    try:
-        result = optimize_onnx(mod, run, report.stats, report.skipped)
-    except InputError:
-        raise
-    except Exception as err:  # noqa: BLE001 - the pass's promise: an internal failure keeps the model
-        log.debug("optimizing %s failed", mod.name, exc_info=True)
-        report.skipped[f"{mod.name}: left as is after an internal error ({type(err).__name__}: {err})"] += 1
-        report.stats.forget_results()
-        return Result(mod)
-    report.facts = result.facts
-    return result
-
-
-def _whole_model_guard(guard, mod, new_mod, target, repeats: int) -> dict:
-    """The verdict on the rewritten model as a whole (see ``optimize``'s ``guard``)."""
-    if callable(guard):
-        return guard(mod, new_mod)
-    if isinstance(mod, OnnxModel):
-        return guard_onnx(mod, new_mod, target, repeats)
-    return measured_guard(mod, new_mod, target, repeats)
-
-
-def _count_kernels(report: Report, result: Result, mod, new_mod, target) -> None:
-    """Kernels before and after: TVM's for a Relax module; for an ONNX model, the fusion model's
-    on the engine graph (TVM's importer refuses many exports)."""
-    if isinstance(mod, OnnxModel):
-        report.kernels_before, after = result.kernels or (None, None)
-        report.kernels_after = report.kernels_before if new_mod is mod else after
-    else:
-        report.kernels_before = launched_kernels(mod, target)
-        report.kernels_after = report.kernels_before if new_mod is mod else launched_kernels(new_mod, target)
 
 
 def _region_guard(region_guard, guard, cost, target, repeats: int, opset: int | None) -> RegionGuard | None:

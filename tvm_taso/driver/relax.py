@@ -1,16 +1,19 @@
-"""The Relax front end of ``optimize``: every dataflow block of every Relax function searched
-(:func:`~tvm_taso.driver.block.search_block`) and written back."""
+"""The Relax front end of ``optimize`` (:class:`RelaxFrontEnd`): every dataflow block of every
+Relax function searched and written back (:func:`~tvm_taso.driver.block.search_written`)."""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
-from tvm_taso.driver.block import SearchRun, search_block
+from tvm_taso.cost.kernel_build import launched_kernels
+from tvm_taso.driver.block import Result, SearchRun, search_written
+from tvm_taso.errors import TargetError
+from tvm_taso.guard import guard as measured_guard
 from tvm_taso.ir.ops import OpError
 from tvm_taso.ir.relax_bridge import BlockGraph, FunctionSymbols, foreign_function
 from tvm_taso.search import SearchStats
@@ -18,18 +21,35 @@ from tvm_taso.search import SearchStats
 log = logging.getLogger("tvm_taso")
 
 
-@dataclass
-class Result:
-    """What a front end made of a model: the new one (the same object when nothing was
-    applied), the costs before and after, the weight expressions folded, facts for the report
-    and the kernels before and after when the front end counts them (the ONNX one's)."""
+class RelaxFrontEnd:
+    """A Relax module as ``optimize`` reads, writes, guards and counts it
+    (:class:`~tvm_taso.driver.front_end.FrontEnd`). A ``torch.export`` program arrives as one."""
 
-    model: object
-    cost_before: float = 0.0
-    cost_after: float = 0.0
-    folded: int = 0
-    facts: dict = field(default_factory=dict)
-    kernels: tuple[int, int] | None = None
+    opset = None  # regions are judged as Relax
+
+    def __init__(self, mod: tvm.IRModule):
+        self.model = mod
+
+    def check(self, target, sizes: dict) -> None:
+        if target.runtime is not None:
+            raise TargetError(f"target {target} times ONNX models in onnxruntime; give the model from "
+                              "tvm_taso.load_onnx, or a TVM target for a Relax module")
+
+    def search(self, run: SearchRun, report) -> Result:
+        result = optimize_relax(self.model, run, report.stats, report.skipped)
+        if result.model is not self.model and tvm_ffi.structural_equal(result.model, self.model):
+            # every rewrite was undone by a later one: the module is the same, so nothing was applied
+            result.model, result.cost_after = self.model, result.cost_before
+            report.stats.forget_results()
+        report.facts = result.facts
+        return result
+
+    def guard(self, new: tvm.IRModule, target, repeats: int) -> dict:
+        return measured_guard(self.model, new, target, repeats)
+
+    def kernels(self, result: Result, new: tvm.IRModule, target) -> tuple[int | None, int | None]:
+        before = launched_kernels(self.model, target)
+        return before, before if new is self.model else launched_kernels(new, target)
 
 
 def optimize_relax(mod: tvm.IRModule, run: SearchRun, stats: SearchStats, skipped: Counter) -> Result:
@@ -119,21 +139,8 @@ def _optimize_block(block: relax.DataflowBlock, fname: str, run: SearchRun, stat
     sources = symbols.price(bg.graph)
     if sources:
         total.facts.setdefault("priced_sizes", {}).update(sources)
-    new_block = None
-    for accept in (None, bg.to_block):
-        outcome = search_block(bg.graph, run, accept)
-        if not outcome.kept:
-            break
-        try:
-            new_block = bg.to_block(outcome.graph)
-            break
-        except Exception as err:  # noqa: BLE001 - search again, each region's result written as it is found
-            if accept is not None:
-                raise
-            log.warning("@%s: the search's result could not be written back (%s: %s); searching again, "
-                        "leaving out the regions that cannot be", fname, type(err).__name__, err)
-            stats.absorb(outcome.stats, kept=False)
-    stats.absorb(outcome.stats, kept=new_block is not None)
+    # a block refuses nothing it could leave out: a second result it cannot write raises
+    outcome, new_block = search_written(_Block(bg, f"@{fname}"), run, stats)
     total.cost_before += outcome.cost_before
     total.cost_after += outcome.cost_after
     if bg.graph.sizes:
@@ -142,6 +149,23 @@ def _optimize_block(block: relax.DataflowBlock, fname: str, run: SearchRun, stat
     if new_block is not None:
         total.folded += outcome.folded
     return new_block
+
+
+class _Block:
+    """A dataflow block's graph, written back as a block (:class:`~tvm_taso.driver.block.Writable`)."""
+
+    def __init__(self, bg: BlockGraph, name: str):
+        self.bg, self.name = bg, name
+
+    @property
+    def graph(self):
+        return self.bg.graph
+
+    def write(self, graph) -> relax.DataflowBlock:
+        return self.bg.to_block(graph)
+
+    def leave_out(self, graph, err: Exception) -> None:
+        return None
 
 
 def add_costs_at(facts: dict, points: tuple, before: tuple, after: tuple) -> None:
