@@ -24,6 +24,7 @@ import functools
 import itertools
 import logging
 import math
+import operator
 
 import numpy as np
 
@@ -88,47 +89,30 @@ def _tree(expr):
     raise OpError(f"size expression {expr} ({kind}) is not one the engine models")
 
 
+def _fold_tree(tree, constant, variable, ops: dict):
+    """``tree`` computed bottom-up: ints through ``constant``, symbols through ``variable``,
+    operators through ``ops``."""
+    if isinstance(tree, int):
+        return constant(tree)
+    if tree[0] == "var":
+        return variable(tree[1])
+    return ops[tree[0]](_fold_tree(tree[1], constant, variable, ops), _fold_tree(tree[2], constant, variable, ops))
+
+
+_INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
+            "min": min, "max": max}
+
+
 def _build(tree, var_of):
     """The TVM expression of ``tree``, its symbols the variables ``var_of(name)`` gives."""
     from tvm import tirx
 
-    if isinstance(tree, int):
-        return tirx.IntImm("int64", tree)
-    if tree[0] == "var":
-        return var_of(tree[1])
-    a, b = _build(tree[1], var_of), _build(tree[2], var_of)
-    op = tree[0]
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if op == "//":
-        return tirx.floordiv(a, b)
-    if op == "%":
-        return tirx.floormod(a, b)
-    return tirx.min(a, b) if op == "min" else tirx.max(a, b)
+    ops = dict(_INT_OPS, **{"//": tirx.floordiv, "%": tirx.floormod, "min": tirx.min, "max": tirx.max})
+    return _fold_tree(tree, lambda n: tirx.IntImm("int64", n), var_of, ops)
 
 
 def _evaluate(tree, values) -> int:
-    if isinstance(tree, int):
-        return tree
-    if tree[0] == "var":
-        return values[tree[1]]
-    a, b = _evaluate(tree[1], values), _evaluate(tree[2], values)
-    op = tree[0]
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if op == "//":
-        return a // b
-    if op == "%":
-        return a % b
-    return min(a, b) if op == "min" else max(a, b)
+    return _fold_tree(tree, int, values.__getitem__, _INT_OPS)
 
 
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
