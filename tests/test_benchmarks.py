@@ -114,3 +114,16 @@ def test_readme_section_is_rewritten(tmp_path):
     run.update_readme(result, readme, None)
     text = readme.read_text()
     assert "old" not in text and "| model |" in text and text.endswith("after\n") and "2026-12-02" in text
+
+
+def test_the_zoo_pages_are_what_the_results_file_renders(tmp_path):
+    """``zoo.md`` and the README's per-model zoo table come from ``zoo.json``
+    (``python -m benchmarks.zoo --render``): a figure cannot drift from its file."""
+    from benchmarks import zoo
+
+    page = tmp_path / "zoo.md"
+    assert zoo.main(["--render", "--json", str(zoo.RESULTS), "--markdown", str(page)]) == 0
+    rendered = page.read_text()
+    assert rendered == (zoo.RESULTS.parent / "zoo.md").read_text()
+    per_model = rendered.split("## Per model\n\n", 1)[1].split("\n\n## Every row", 1)[0]
+    assert per_model in (Path(__file__).parent.parent / "README.md").read_text()
