@@ -6,7 +6,7 @@ on models written in plain PyTorch and exported with ``torch.onnx.export``.
 
 For each model: ``tvm_taso.load_onnx`` → ``tvm_taso.optimize(model, target=...)`` (ONNX in,
 ONNX out) → ``onnx.checker.check_model(full_check=True)`` on the result → onnxruntime on the
-original and the result with the same random inputs (:func:`tvm_taso.cli.checking.check_onnx`).
+original and the result with the same random inputs (:func:`tvm_taso.output_check.check_onnx`).
 It prints a markdown table (stdout): ONNX nodes, search seconds, rules applied, estimated cost
 after/before, max relative error (:mod:`tvm_taso.numerics`, within the tolerance of each
 output's dtype), pass/fail; the exit status is 1 when a model fails.
@@ -35,7 +35,7 @@ import warnings
 import onnx
 
 import tvm_taso
-from tvm_taso.cli.checking import check_onnx
+from tvm_taso.output_check import check_onnx
 
 from . import models
 

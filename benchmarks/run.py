@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 
 import tvm_taso
-from tvm_taso.cli import checking
+from tvm_taso import output_check
 from tvm_taso import target as targets
 from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.cost.kernel_build import launched_kernels
@@ -143,7 +143,7 @@ class OrtModel:
             ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
         self.sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        self.feeds = dict(zip(checking.graph_input_names(proto, len(inputs)), inputs))
+        self.feeds = dict(zip(output_check.graph_input_names(proto, len(inputs)), inputs))
 
     def run(self) -> list[np.ndarray]:
         return self.sess.run(None, self.feeds)

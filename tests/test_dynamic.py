@@ -223,7 +223,7 @@ def test_an_onnx_model_with_dynamic_axes_reshapes_symbolically_as_its_twin():
     dynamic axes, and runs the same at two sizes."""
     from test_onnx_bridge import attention
 
-    from tvm_taso.cli.checking import check_onnx
+    from tvm_taso.output_check import check_onnx
     from tvm_taso.io.onnx_bridge import OnnxGraph
 
     model = tvm_taso.load_onnx(attention(), shapes={"x": (1, 16, 32)})
@@ -281,7 +281,7 @@ def decoder_with_past(d: int = 32, heads: int = 4):
 
 
 def test_an_onnx_decoder_with_past_key_values_merges_and_keeps_its_cache_dynamic():
-    from tvm_taso.cli.checking import check_onnx
+    from tvm_taso.output_check import check_onnx
 
     model = tvm_taso.load_onnx(decoder_with_past(), shapes={"x": (1, 1, 32), "past_k": (1, 4, 8, 8),
                                                            "past_v": (1, 4, 8, 8)})

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
     {"errors", "files", "numerics", "progress", "target", "examples", "ort"},
     {"ir", "runtime"},  # runtime reads parameter shapes, symbolic sizes included, as the engine does
-    {"io"},
+    {"io", "output_check"},  # the output check runs models through runtime and onnxruntime
     {"rewrite"},
     {"verify", "generate"},
     {"cost"},

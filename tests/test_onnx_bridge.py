@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_taso
-from tvm_taso.cli import checking
+from tvm_taso import output_check as checking
 from tvm_taso.io import onnx_model
 from tvm_taso.io.onnx_bridge import OnnxGraph, RewriteRejected
 from tvm_taso.ir.graph import Node

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_taso
-from tvm_taso.cli.checking import check_onnx, integer_ranges, random_feeds
+from tvm_taso.output_check import check_onnx, integer_ranges, random_feeds
 from tvm_taso.cli.main import main as cli
 from tvm_taso.io.onnx_bridge import OnnxGraph
 
@@ -225,7 +225,7 @@ def test_check_runs_a_model_that_branches_on_a_rank_0_bool_both_ways():
 
 
 def test_check_says_the_largest_error_per_dtype_and_what_was_skipped():
-    from tvm_taso.cli.checking import check_line
+    from tvm_taso.output_check import check_line
 
     result = {"max_relative_error_by_dtype": {"float32": 3e-7, "int64": 0.0}, "runtime": "onnxruntime",
               "skipped": ["{'batch': 2}: the original does not run at these sizes: bad"]}

@@ -422,7 +422,7 @@ def test_bench_times_a_pt2(tmp_path, capsys):
 def test_check_feeds_optional_inputs_and_both_values_of_a_flag():
     """An Optional input was fed empty (and the original blamed); a rank-0 bool flag's second
     value was a numpy scalar onnxruntime refused, and the check still said ok."""
-    from tvm_taso.cli.checking import check_onnx
+    from tvm_taso.output_check import check_onnx
 
     optional = helper.make_value_info("opt", helper.make_optional_type_proto(
         helper.make_tensor_type_proto(TensorProto.FLOAT, [2, 4])))

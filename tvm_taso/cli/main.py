@@ -17,7 +17,7 @@ import threading
 import traceback
 import warnings
 
-from tvm_taso.cli.checking import CheckFailed
+from tvm_taso.output_check import CheckFailed
 from tvm_taso.errors import InputError
 from tvm_taso.files import OutputPathError
 from tvm_taso.errors import TargetError

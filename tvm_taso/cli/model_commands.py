@@ -312,7 +312,7 @@ def cmd_example(args) -> int:
 
 def cmd_optimize(args) -> int:
     import tvm_taso
-    from tvm_taso.cli.checking import CheckFailed, check_line, failure_line
+    from tvm_taso.output_check import CheckFailed, check_line, failure_line
 
     options = _check_options(args)
     target = _target(args.target, runtime_ok=True)
@@ -378,7 +378,7 @@ class _OnnxSource:
 
     def check(self, new) -> dict:
         import tvm_taso
-        from tvm_taso.cli.checking import check_onnx
+        from tvm_taso.output_check import check_onnx
 
         original = tvm_taso.load_onnx(self.path, shapes=self.shapes) if self.simplified else self.model
         return check_onnx(original, new)
@@ -412,7 +412,7 @@ class _ProgramSource:
         self.model = import_program(self.program, Path(args.input).name)
 
     def check(self, new) -> dict:
-        from tvm_taso.cli.checking import check_exported
+        from tvm_taso.output_check import check_exported
 
         return check_exported(self.program, new)
 
@@ -501,7 +501,7 @@ def cmd_bench(args) -> int:
         if is_program_path(args.input):
             raise InputError("--runtime times ONNX models in onnxruntime; a .pt2 is timed through TVM (--target)")
         return _bench_in_runtime(args)
-    from tvm_taso.cli.checking import bench
+    from tvm_taso.cli.bench import bench
     from tvm_taso.io.onnx_import import import_relax
     from tvm_taso.runtime import check_sizes, inputs_for
 
@@ -531,9 +531,9 @@ def cmd_bench(args) -> int:
 
 def _bench_in_runtime(args) -> int:
     """``bench --runtime``: the model optimized for onnxruntime, then the original and the result
-    timed side by side there (:func:`tvm_taso.cli.checking.bench_in_runtime`)."""
+    timed side by side there (:func:`tvm_taso.cost.latency.bench_in_runtime`)."""
     import tvm_taso
-    from tvm_taso.cli.checking import bench_in_runtime
+    from tvm_taso.cost.latency import bench_in_runtime
 
     options = _check_options(args)
     runtime = _target(args.runtime, runtime_ok=True)

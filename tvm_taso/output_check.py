@@ -1,5 +1,5 @@
-"""Running models to compare and time them: the ``--check`` of ``tvm-taso optimize`` and the
-side-by-side latency of ``tvm-taso bench``."""
+"""The output check (``tvm-taso optimize --check``, the benchmarks' checks): an original model
+and its optimized form run on the same random inputs, every output compared by name."""
 
 from __future__ import annotations
 
@@ -228,69 +228,3 @@ def graph_input_names(proto, count: int) -> list[str]:
     inits = {i.name for i in proto.graph.initializer}
     names = [i.name for i in proto.graph.input if i.name not in inits]
     return names[:count]
-
-
-def bench_in_runtime(original, optimized, runtime, given: dict | None = None, repeat: int = 10,
-                     min_repeat_ms: int = 100) -> dict:
-    """Latency of the ONNX models ``original`` and ``optimized`` (:class:`~tvm_taso.io.onnx_model.OnnxModel`)
-    in onnxruntime (``runtime``: an ``ort`` target spelling or :class:`~tvm_taso.ort.OrtRuntime`),
-    timed side by side in one run on the same inputs (``given`` by name, the rest random at the
-    priced sizes); ``speedup`` is the median of the pairwise ratios (original / optimized)."""
-    from tvm_taso import target as targets
-    from tvm_taso.cost.latency import side_by_side, speedup
-    from tvm_taso.ort import OrtSession
-
-    runtime = targets.resolve(runtime).runtime
-    feeds = random_feeds(original, original.dims, integer_ranges(original))
-    unknown = set(given or {}) - set(feeds)
-    if unknown:
-        raise InputError(f"no input named {', '.join(sorted(unknown))} (inputs: {', '.join(sorted(feeds))})")
-    for name, value in (given or {}).items():
-        if np.shape(value) != feeds[name].shape:
-            shape = "x".join(map(str, feeds[name].shape))
-            raise InputError(f"input {name!r} must have shape {shape} (the sizes the model is priced at; --shape "
-                             f"sets them), got {'x'.join(map(str, np.shape(value)))}")
-    feeds.update({k: np.asarray(v).astype(feeds[k].dtype) for k, v in (given or {}).items()})
-    sessions = {"original": OrtSession(runtime, original.proto, feeds),
-                "optimized": OrtSession(runtime, optimized.proto, feeds)}
-    samples = side_by_side({k: (lambda s=s: s.time_ms(min_repeat_ms)) for k, s in sessions.items()}, repeat)
-    ratio = speedup(samples["original"], samples["optimized"])
-    result = {"runtime": str(runtime), "rounds": ratio["rounds"], "speedup": ratio["ratio"],
-              "speedup_quartiles": [ratio["ratio_low"], ratio["ratio_high"]], "samples_ms": samples}
-    for key, ms in samples.items():
-        low, median, high = np.percentile(ms, [25, 50, 75])
-        result[key] = {"median_ms": float(median), "low_ms": float(low), "high_ms": float(high)}
-    return result
-
-
-def bench(mod, inputs, target, repeat: int = 10, options=None) -> dict:
-    """Latency of ``mod`` compiled for ``target`` with the default pipeline and with the
-    ``"taso"`` pipeline (its search settings ``options``, a :class:`SearchOptions`), timed side
-    by side in one run; ``speedup`` is the median of the pairwise ratios (default / taso)."""
-    from tvm_taso import passes
-    from tvm_taso import target as targets
-    from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
-
-    t = targets.parse(target)
-    if targets.device(t) is None:
-        raise InputError(f"no {t.kind.name} device on this machine to time on")
-    builds = {
-        "default": CompiledModule(mod, t, inputs, "default"),
-        "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(options=options)),
-    }
-    samples = side_by_side({k: (lambda m=m: m.time_ms(50)) for k, m in builds.items()}, repeat)
-    result = {}
-    labels = {"default": "TVM default pipeline", "taso": "TVM + TasoOptimize"}
-    for key, values in samples.items():
-        result[key] = {
-            "label": labels[key],
-            "median_ms": float(np.median(values)),
-            "min_ms": float(np.min(values)),
-            "samples_ms": values,
-            "compile_seconds": builds[key].compile_seconds,
-        }
-    summary = speedup(samples["default"], samples["taso"])
-    result["speedup"] = summary["ratio"]
-    result["speedup_quartiles"] = [summary["ratio_low"], summary["ratio_high"]]
-    result["target"] = str(target)
-    return result
