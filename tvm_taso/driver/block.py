@@ -97,11 +97,10 @@ def _costs(cost: CostModel, graph: Graph) -> tuple:
 
 
 def _weights_shared(graph: Graph, run: SearchRun, accept, stats: SearchStats) -> Graph:
-    """``graph`` with its merged weights in one order (:func:`order_merged_blocks`; the fusion
-    model can price a split's outputs differently in another order, so kept where no costlier at
-    any priced size or where it writes fewer weight bytes) and used wherever their blocks are
-    (:func:`reuse_merged_weights`, where no costlier); each step kept only if the front end can
-    write it back."""
+    """``graph`` with its merged weights in one order and one split each (:func:`order_merged_blocks`;
+    kept where no costlier at any priced size, or where it writes fewer weight bytes) and used
+    wherever their blocks are (:func:`reuse_merged_weights`, where no costlier); each step kept
+    only if the front end can write it back."""
     ordered = graph.copy()
     candidates = []
     if order_merged_blocks(ordered) and (ordered.weight_bytes() < graph.weight_bytes()
