@@ -37,6 +37,13 @@ def write_result(output: str, result: dict) -> None:
     print(f"wrote {output}")
 
 
+def print_markdown(text: str, path=None) -> None:
+    """Print a result's markdown table, and write it to ``path`` (``--markdown``) when given."""
+    print(text)
+    if path:
+        write_text_atomically(path, text)
+
+
 def block_graphs(name: str, quick: bool) -> list[tuple[int, Graph]]:
     """(index, graph) of each dataflow block of the model's ``main`` that the optimizer reads; a
     block it leaves alone is left out here too, with a warning."""

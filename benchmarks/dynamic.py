@@ -26,6 +26,8 @@ from pathlib import Path
 
 from tvm_taso.files import write_text_atomically
 
+from .cli import print_markdown
+
 log = logging.getLogger("benchmarks.dynamic")
 
 RESULTS = Path(__file__).parent / "results" / "dynamic.json"
@@ -156,10 +158,7 @@ def main(argv=None) -> int:
             log.info("%s: %s", name, [(s["size"], round(s["static_ratio"], 3), round(s["dynamic_ratio"], 3))
                                       for s in result["rows"][-1]["sizes"]])
             write_text_atomically(args.json, json.dumps(result, indent=2))
-    text = markdown(result)
-    print(text)
-    if args.markdown:
-        write_text_atomically(args.markdown, text)
+    print_markdown(markdown(result), args.markdown)
     return 0
 
 

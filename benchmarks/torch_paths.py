@@ -33,6 +33,7 @@ from pathlib import Path
 
 from tvm_taso.files import write_text_atomically
 
+from .cli import print_markdown
 from .onnx_models import builders as hf_builders
 from .onnx_models import import_torchvision
 
@@ -223,10 +224,7 @@ def main(argv=None) -> int:
                      row["inductor"]["speedup_vs_eager"], row["tvm_taso"]["speedup_vs_eager"])
             result["latency"].append(row)
             write_text_atomically(args.json, json.dumps(result, indent=2))
-    text = markdown(result)
-    print(text)
-    if args.markdown:
-        write_text_atomically(args.markdown, text)
+    print_markdown(markdown(result), args.markdown)
     return 0
 
 
