@@ -101,14 +101,15 @@ def _weights_shared(graph: Graph, run: SearchRun, accept, stats: SearchStats) ->
     kept where no costlier at any priced size, or where it writes fewer weight bytes) and used
     wherever their blocks are (:func:`reuse_merged_weights`, where no costlier); each step kept
     only if the front end can write it back."""
+    searched = _costs(run.cost, graph)
     ordered = graph.copy()
     candidates = []
     if order_merged_blocks(ordered) and (ordered.weight_bytes() < graph.weight_bytes()
-                                         or no_size_costlier(_costs(run.cost, ordered), _costs(run.cost, graph))):
+                                         or no_size_costlier(_costs(run.cost, ordered), searched)):
         candidates.append((ordered, 0))
     reused = (candidates[0][0] if candidates else graph).copy()
     sites = reuse_merged_weights(reused)
-    if sites and no_size_costlier(_costs(run.cost, reused), _costs(run.cost, graph)):
+    if sites and no_size_costlier(_costs(run.cost, reused), searched):
         candidates.insert(0, (reused, sites))
     for candidate, sites in candidates:
         try:

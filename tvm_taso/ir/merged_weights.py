@@ -60,11 +60,10 @@ def reuse_merged_weights(graph: Graph) -> int:
     for merged in merges:
         if merged.op_id in taken:
             continue
-        want = sorted(merged.keys)
         for x, sources in pieces.items():
             if x == graph.nodes[merged.op_id].inputs[0]:
                 continue
-            chosen = _cover(want, [s for s in sources if s.op_id not in taken and s.op_id != merged.op_id
+            chosen = _cover(merged.keys, [s for s in sources if s.op_id not in taken and s.op_id != merged.op_id
                                    and s.attrs == merged.attrs])
             if chosen is None or not _apply(graph, merged, x, chosen, mapping):
                 continue
@@ -206,10 +205,7 @@ def _single(graph: Graph, users, nid: int, node, digests: _Digests) -> _Source:
         add = graph.nodes[readers[0]]
         if add.op == "add" and add.inputs[0] == y and graph.is_constant(add.inputs[1]):
             axis = len(graph.type_of(y).shape) - 1 if node.op == "matmul" else 1
-            b_type = graph.type_of(add.inputs[1])
-            bias_axis = axis - (len(graph.type_of(y).shape) - len(b_type.shape))
-            broadcast = bias_axis < 0 or b_type.shape[bias_axis] == 1
-            bias_key = _bias_key(graph, add.inputs[1], None if broadcast else bias_axis, digests)
+            bias_key = _bias_key(graph, add.inputs[1], _bias_axis(graph, y, add.inputs[1], axis), digests)
             ref = (readers[0], 0)
     weight = graph.nodes[node.inputs[1][0]].payload[0]
     return _Source(nid, node.attrs, [(digests(weight), bias_key)], [ref], False)
@@ -232,13 +228,8 @@ def _cover(want: list, sources: list[_Source]) -> list[_Source] | None:
 
 def _apply(graph: Graph, merged: _Merged, x: Ref, chosen: list[_Source], mapping: dict[Ref, Ref]) -> bool:
     """Give ``chosen``'s outputs the blocks of ``merged`` applied to ``x``."""
-    split = graph.nodes[merged.split_id]
     try:
-        y = graph.add(merged.op, (x, merged.weight), graph.nodes[merged.op_id].attr), 0
-        if merged.bias is not None:
-            y = graph.add("add", (y, merged.bias), {}), 0
-        new = graph.add("split", (y,), {"indices": tuple(np.cumsum(merged.sizes[:-1]).tolist()),
-                                        "axis": split.attr["axis"]})
+        new = _merged_op(graph, merged, x, merged.weight, merged.bias, merged.sizes)
     except OpError:
         return False
     free = list(range(len(merged.keys)))
@@ -252,6 +243,24 @@ def _apply(graph: Graph, merged: _Merged, x: Ref, chosen: list[_Source], mapping
             given[ref] = (new, position)
     mapping.update(given)
     return True
+
+
+def _merged_op(graph: Graph, merged: _Merged, x: Ref, weight: Ref, bias: Ref | None, sizes: list[int]) -> int:
+    """``split(op(x, weight) [+ bias])`` with ``merged``'s op, attributes and split axis, its
+    blocks ``sizes`` long: the split's node id. Raises OpError if the types do not check."""
+    y = graph.add(merged.op, (x, weight), dict(merged.attrs)), 0
+    if bias is not None:
+        y = graph.add("add", (y, bias), {}), 0
+    axis = graph.nodes[merged.split_id].attr["axis"]
+    return graph.add("split", (y,), {"indices": tuple(np.cumsum(sizes[:-1]).tolist()), "axis": axis})
+
+
+def _bias_axis(graph: Graph, y: Ref, bias: Ref, axis: int) -> int | None:
+    """The axis of ``bias`` that ``y``'s ``axis`` meets when added, or None where the bias is
+    broadcast along it (it has no such axis, or a size 1 there)."""
+    b_shape = graph.type_of(bias).shape
+    bias_axis = axis - (len(graph.type_of(y).shape) - len(b_shape))
+    return None if bias_axis < 0 or b_shape[bias_axis] == 1 else bias_axis
 
 
 def _folded(graph: Graph, ref: Ref) -> np.ndarray | None:
@@ -279,11 +288,8 @@ def _merge_under(graph: Graph, users, split) -> tuple | None:
     node = graph.nodes[y[0]]
     if node.op == "add":
         bias = node.inputs[1]
-        b_type = graph.type_of(bias)
-        bias_axis = axis - (len(graph.type_of(y).shape) - len(b_type.shape))
-        if bias_axis < 0 or b_type.shape[bias_axis] == 1:
-            bias_axis = None
-        elif _folded(graph, bias) is None:
+        bias_axis = _bias_axis(graph, y, bias, axis)
+        if bias_axis is not None and _folded(graph, bias) is None:
             return None
         y = node.inputs[0]
         if not _only_use(graph, users, y):
@@ -345,13 +351,9 @@ def _reorder(graph: Graph, merged: _Merged, mapping: dict[Ref, Ref]) -> int:
         array = shared_weight(np.concatenate([blocks[i] for i in order], axis=axis))
         return graph.add_leaf("const", graph.type_of(ref), (array, None), key=("ordered", merged.split_id, ref)), 0
 
-    y = graph.add(op.op, (op.inputs[0], leaf(merged.weight, merged.w_axis)), op.attr), 0
-    if merged.bias is not None:
-        bias = leaf(merged.bias, merged.bias_axis) if merged.bias_axis is not None else merged.bias
-        y = graph.add("add", (y, bias), {}), 0
-    sizes = [merged.sizes[i] for i in order]
-    axis = graph.nodes[merged.split_id].attr["axis"]
-    new = graph.add("split", (y,), {"indices": tuple(np.cumsum(sizes[:-1]).tolist()), "axis": axis})
+    bias = leaf(merged.bias, merged.bias_axis) if merged.bias_axis is not None else merged.bias
+    new = _merged_op(graph, merged, op.inputs[0], leaf(merged.weight, merged.w_axis), bias,
+                     [merged.sizes[i] for i in order])
     for position, block in enumerate(order):
         mapping[merged.parts[block][2]] = (new, position)
     return 1
