@@ -29,7 +29,9 @@ PREFIX = "tvm-taso-store:"
 # tensors with more elements than this are held in the store (smaller ones stay in the message:
 # shape inference reads them as shapes, axes, split sizes)
 DETACHED_ELEMENTS = 1024
-_CHUNK = 16 * 2**20
+# bytes copied at a time from a data file to the output: small, so that writing a model adds
+# little to the peak of the search it follows
+_CHUNK = 2**20
 _tokens = itertools.count()
 
 
@@ -49,15 +51,16 @@ class _FileRange:
         return np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape)
 
     def copy_to(self, out) -> None:
+        buffer = memoryview(bytearray(min(_CHUNK, self.length)))
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             left = self.length
             while left:
-                chunk = f.read(min(_CHUNK, left))
-                if not chunk:
+                read = f.readinto(buffer[:min(len(buffer), left)])
+                if not read:
                     raise OSError(f"{self.path}: shorter than its tensors say")
-                out.write(chunk)
-                left -= len(chunk)
+                out.write(buffer[:read])
+                left -= read
 
 
 class TensorStore:
