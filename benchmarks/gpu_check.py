@@ -7,7 +7,8 @@ packed TVM first), bounded by ``--deadline`` seconds in all:
     python -m benchmarks.gpu_check [--target cuda] [--deadline 360] [--out DIR]
         [--models NAME ...] [--measure-limit S] [--quick] [--compile-only]
 
-For each model (small to large; the ones that no longer fit in the deadline are skipped) it
+For each model (small to large; the ones that no longer fit in the deadline are skipped; a
+Llama-style decoder with a symbolic length, run at the length in :data:`RUN_SIZES`) it
 compiles and times the original module, then ``tvm_taso.optimize`` with
 ``cost_model="analytic"`` and with a :class:`~tvm_taso.cost.measure.MeasuredCost` (each new kernel
 built with the target's default pipeline and timed on the device, recorded in
@@ -42,26 +43,39 @@ import numpy as np
 log = logging.getLogger("benchmarks.gpu_check")
 
 
-def model_builders(quick: bool):
-    from tvm_taso import examples
+def relax_of(name: str, quick: bool = False):
+    """Benchmark model ``name`` (built as ONNX) imported by TVM's ONNX importer, as benchmarks.run does."""
+    from tvm_taso.io.onnx_import import import_relax
 
     from . import models
+
+    return import_relax(models.build(name, quick=quick))
+
+
+def model_builders(quick: bool):
+    from tvm_taso import examples
 
     if quick:
         return {
             "parallel_matmuls": lambda: examples.parallel_matmuls(seq=8, hidden=16),
+            "llama_dynamic": lambda: examples.llama_decoder(layers=1, hidden=32, heads=2, intermediate=64),
             "inception_block": lambda: examples.inception_block(size=8, channels=8),
             "resnet_bottleneck": lambda: examples.resnet_bottleneck(size=8, channels=16),
-            "bert": lambda: models.bert_base(layers=1, seq=8, hidden=32, heads=2, ffn=64),
-            "resnet50": lambda: models.resnet50(image=32, width=8, classes=10),
+            "bert": lambda: relax_of("bert-base", quick=True),
+            "resnet50": lambda: relax_of("resnet50", quick=True),
         }
     return {
         "parallel_matmuls": lambda: examples.parallel_matmuls(seq=128, hidden=768),
+        "llama_dynamic": lambda: examples.llama_decoder(layers=2, hidden=1024, heads=16, intermediate=2816),
         "inception_block": lambda: examples.inception_block(size=28, channels=64),
         "resnet_bottleneck": lambda: examples.resnet_bottleneck(size=14, channels=64),
-        "bert": lambda: models.bert_base(layers=12),
-        "resnet50": lambda: models.resnet50(),
+        "bert": lambda: relax_of("bert-base"),
+        "resnet50": lambda: relax_of("resnet50"),
     }
+
+
+# the sizes a model with symbolic dimensions is run and timed at (its search prices the defaults)
+RUN_SIZES = {"llama_dynamic": {"seq_len": 128}}
 
 
 def compile_and_time(mod, target, inputs, compile_only: bool, repeat: int) -> dict:
@@ -149,7 +163,7 @@ def check_model(name, build, target, args, deadline) -> dict:
     t0 = time.perf_counter()
     mod = build()
     row["build_model_s"] = round(time.perf_counter() - t0, 2)
-    inputs = inputs_for(mod)
+    inputs = inputs_for(mod, sizes=RUN_SIZES.get(name))
     base = compile_and_time(mod, target, inputs, args.compile_only, args.repeat)
     row["original"] = {k: v for k, v in base.items() if k != "outputs"}
     variants = {"analytic": "analytic", "measure": None}
