@@ -80,7 +80,7 @@ def region_row(sub: Graph, region: eqsat.EqsatRegion) -> dict:
     _, eq_cost, eq_path = region(sub, time.perf_counter() + SECONDS_PER_SEARCH, SearchStats())
     eq_seconds = time.perf_counter() - t0
     # its steps again, to look inside: the saturated e-graph and extraction's own result
-    eg = EGraph()
+    eg = EGraph(region.rule_set.matching())
     roots, original = eqsat._load(eg, sub)
     creator: dict = {}
     sites: list = []

@@ -1,18 +1,19 @@
 """An e-graph of tensor programs kept by egglog, read back as Python data after each round.
 
 egglog (its Rust core, through ``egglog.bindings``) holds the e-nodes, the union-find and the
-congruence closure; Python adds terms and unions in one batch per round and reads the rebuilt
-e-graph back with ``freeze()`` into an :class:`EGraphView`. Matching and conditions stay in
-Python (:mod:`tvm_taso.search.ematch`) because the rule language computes attributes and
-checks shapes, which egglog would need a shape analysis for.
+congruence closure, and matches the rules' patterns (compiled by :mod:`tvm_taso.search.ematch`
+into egglog rules of the ``match`` ruleset, which record each match in a relation); Python adds
+terms and unions in one batch per round and reads the rebuilt e-graph and the new matches back
+with ``freeze()`` into an :class:`EGraphView`.
 
 The egglog sorts: ``T`` (a tensor, or a multi-output op's tuple) with constructors
-``(Leaf i)`` (input or constant number ``i``), ``(Node k args)`` (op-and-attributes number
-``k`` applied to a ``TL`` list), ``(Get t i)`` (output ``i`` of a tuple) and ``(Ref n)`` (a
-name: every term Python adds is unioned with a fresh ``Ref``, so that later batches can say
-which e-class they mean). Python's unions are ``Same`` facts, which one ``(run 1)`` per batch
-turns into unions: a ``union`` command costs egglog a rebuild each, growing with the e-graph,
-where a fact costs a constant.
+``(Leaf i)`` (input or constant number ``i``), ``(N2 op k a b)`` (op number ``op`` with
+op-and-attributes number ``k`` on two operands; ``N0`` to ``N4``, and ``(Node op k args)`` on a
+``TL`` list for more: one row per e-node, so that a pattern is one atom with its op a constant),
+``(Get t i)`` (output ``i`` of a tuple) and ``(Ref n)`` (a name: every term Python adds is
+unioned with a fresh ``Ref``, so that later batches can say which e-class they mean). Python's
+unions are ``Same`` facts, which one ``(run 1)`` per batch turns into unions: a ``union``
+command costs egglog a rebuild each, growing with the e-graph, where a fact costs a constant.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import importlib.util
 import logging
 from dataclasses import dataclass, field
 
-from tvm_taso.ir.ops import TensorType
+from tvm_taso.ir.ops import OPS, TensorType
 
 # egglog's Rust core logs every command it runs at INFO through Python's logging (pyo3-log): with
 # logging at INFO, thousands of lines per region, and a Python call each. Quiet unless the
@@ -49,16 +50,36 @@ _SCHEMA = """
 (sort T)
 (sort TL)
 (constructor Leaf (i64) T)
-(constructor Node (i64 TL) T)
+(constructor N0 (i64 i64) T)
+(constructor N1 (i64 i64 T) T)
+(constructor N2 (i64 i64 T T) T)
+(constructor N3 (i64 i64 T T T) T)
+(constructor N4 (i64 i64 T T T T) T)
+(constructor Node (i64 i64 TL) T)
 (constructor Get (T i64) T)
 (constructor Ref (i64) T)
 (constructor Nil () TL)
 (constructor Cons (T TL) TL)
 (relation Same (T T))
 (rule ((Same a b)) ((union a b)))
+(ruleset match)
 """
 
 COMMANDS_PER_PROGRAM = 32
+
+OP_NUMBERS = {op: k for k, op in enumerate(sorted(OPS))}  # an e-node's op, its term's first argument
+MAX_FLAT_ARITY = 4  # e-nodes of up to this many operands are one row (N0 ... N4); others a list
+
+
+def node_term(op: int, key: str, children: list[str]) -> str:
+    """The egglog term (or pattern) of an e-node: op number ``op``, op key ``key`` (a number or
+    a pattern variable), operand terms ``children``."""
+    if len(children) <= MAX_FLAT_ARITY:
+        return f"(N{len(children)} {op} {key}{''.join(' ' + c for c in children)})"
+    args = "(Nil)"
+    for c in reversed(children):
+        args = f"(Cons {c} {args})"
+    return f"(Node {op} {key} {args})"
 
 # An e-node as Python sees it: ("leaf", leaf number, ()), ("node", op key, child classes) or
 # ("get", output index, (tuple class,)). Classes are named by their smallest Ref number.
@@ -77,11 +98,10 @@ class EGraphView:
     class_of: dict[ENode, int]  # hash-cons: e-node -> its class
     types: dict[int, tuple]  # class -> output types (one per output; a tensor has one)
     canonical: dict[int, int]  # every Ref number -> its class
-    by_op: dict[str, list[tuple[int, ENode]]] = field(default_factory=dict)  # op -> (class, e-node)
+    rows: dict[str, list[tuple]] = field(default_factory=dict)  # match relation -> its rows, classes named
 
     def __post_init__(self):
         self.size = sum(len(ns) for ns in self.classes.values())  # e-nodes
-        self._parents: dict[int, set[int]] | None = None
 
     def find(self, ref: int) -> int:
         return self.canonical[ref]
@@ -89,38 +109,49 @@ class EGraphView:
     def is_tuple(self, cid: int) -> bool:
         return len(self.types[cid]) != 1
 
-    def changed_since(self, old: EGraphView) -> set[int]:
-        """Classes that are new since ``old`` or hold other e-nodes (a union, a new e-node, a
-        child renamed by a union below)."""
-        return {cid for cid, ens in self.classes.items()
-                if cid not in old.classes or set(ens) != set(old.classes[cid])}
 
-    def ancestors(self, classes: set[int], steps: int) -> set[int]:
-        """``classes`` and the classes reading them within ``steps`` e-node steps."""
-        if self._parents is None:
-            self._parents = {}
-            for cid, ens in self.classes.items():
-                for e in ens:
-                    for ch in e[2]:
-                        self._parents.setdefault(ch, set()).add(cid)
-        found, frontier = set(classes), set(classes)
-        for _ in range(steps):
-            frontier = {p for c in frontier for p in self._parents.get(c, ()) if p not in found}
-            if not frontier:
-                break
-            found |= frontier
-        return found
+def _schema_egraph():
+    egglog = _bindings()
+    if egglog is None:
+        raise ImportError(MISSING)
+    eg = egglog.EGraph()
+    eg.run_program(*eg.parse_program(_SCHEMA))
+    return eg
+
+
+class Matching:
+    """An egglog e-graph holding the schema and compiled rules (``(relation, class columns,
+    program)``), made once per search: egglog takes about 1.5 ms to register a rule, and each
+    region's :class:`EGraph` is a ``(push)`` of this one, popped when the region is done."""
+
+    def __init__(self, programs: list[tuple[str, int, str]]):
+        self.eg = _schema_egraph()
+        self.relations = {relation: columns for relation, columns, _ in programs}
+        for _, _, program in programs:
+            self.eg.run_program(*self.eg.parse_program(program))
+        self.push, self.pop = self.eg.parse_program("(push)"), self.eg.parse_program("(pop)")
+        self.current: EGraph | None = None  # the e-graph pushed now (one at a time)
 
 
 class EGraph:
-    """The egglog e-graph plus the Python tables its numbers refer to."""
+    """The egglog e-graph plus the Python tables its numbers refer to; with ``matching``, its
+    rules' sites are recorded by egglog (``view.rows``) and the e-graph is a push of
+    ``matching``'s until :meth:`close` (use it as a context manager), or until another e-graph of
+    ``matching`` is made."""
 
-    def __init__(self):
-        egglog = _bindings()
-        if egglog is None:
-            raise ImportError(MISSING)
-        self._eg = egglog.EGraph()
-        self._eg.run_program(*self._eg.parse_program(_SCHEMA))
+    def __init__(self, matching: Matching | None = None):
+        self._matching = matching
+        self.closed = False
+        if matching is None:
+            self._eg = _schema_egraph()
+            self._relations: dict[str, int] = {}  # match relation -> how many of its columns are classes
+        else:
+            if matching.current is not None:
+                matching.current.close()
+            matching.current = self
+            self._eg = matching.eg
+            self._eg.run_program(*matching.push)
+            self._relations = matching.relations
         self._run = self._eg.parse_program("(run 1)")  # the batch's Same facts become unions
         self.op_keys: list[tuple[str, tuple]] = []  # op key -> (op, sorted attribute pairs)
         self._op_key_of: dict[tuple[str, tuple], int] = {}
@@ -131,6 +162,20 @@ class EGraph:
         self._next_ref = 0
         self._pending: list[str] = []
         self.view: EGraphView | None = None
+        self._match = self._eg.parse_program("(run match 1)")
+
+    def close(self) -> None:
+        """Give the e-graph back to its :class:`Matching` (as it was before this one)."""
+        if self._matching is not None and not self.closed:
+            self._eg.run_program(*self._matching.pop)
+            self._matching.current = None
+        self.closed = True
+
+    def __enter__(self) -> EGraph:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -- adding (batched until commit) ------------------------------------------------------
     def op_key(self, op: str, attrs: tuple) -> int:
@@ -156,10 +201,8 @@ class EGraph:
         return ref
 
     def add_node(self, op_key: int, children: tuple[int, ...], types: tuple) -> int:
-        args = "(Nil)"
-        for c in reversed(children):
-            args = f"(Cons (Ref {c}) {args})"
-        return self._name(f"(Node {op_key} {args})", types)
+        op = OP_NUMBERS.get(self.op_keys[op_key][0], -1)
+        return self._name(node_term(op, str(op_key), [f"(Ref {c})" for c in children]), types)
 
     def add_get(self, tup: int, index: int, ty: TensorType) -> int:
         return self._name(f"(Get (Ref {tup}) {index})", (ty,))
@@ -173,6 +216,8 @@ class EGraph:
 
     def commit(self) -> EGraphView:
         """Send the batch to egglog, let it rebuild, and read the e-graph back."""
+        if self.closed:
+            raise RuntimeError("the e-graph was closed (another e-graph of its Matching was made)")
         if self._pending or self.view is None:
             pending, self._pending = self._pending, []
             # egglog's cost per command grows with the program's length (measured: 2,000
@@ -180,6 +225,8 @@ class EGraph:
             for start in range(0, len(pending), COMMANDS_PER_PROGRAM):
                 self._eg.run_program(*self._eg.parse_program("\n".join(pending[start:start + COMMANDS_PER_PROGRAM])))
             self._eg.run_program(*self._run)
+            if self._relations:
+                self._eg.run_program(*self._match)
             self.view = self._read()
         return self.view
 
@@ -206,23 +253,25 @@ class EGraph:
 
         classes: dict[int, list[ENode]] = {cid: [] for cid in set(canonical.values())}
         class_of: dict[ENode, int] = {}
-        by_op: dict[str, list] = {}
 
         def put(value, enode):
             cid = name_of[value]
             if enode not in class_of:
                 class_of[enode] = cid
                 classes[cid].append(enode)
-                if enode[0] == "node":
-                    by_op.setdefault(self.op_keys[enode[1]][0], []).append((cid, enode))
 
         for r in functions["Leaf"].rows:
             put(r.output, ("leaf", as_int(r.inputs[0]), ()))
+        for arity in range(MAX_FLAT_ARITY + 1):
+            for r in functions[f"N{arity}"].rows:
+                put(r.output, ("node", as_int(r.inputs[1]), tuple(name_of[v] for v in r.inputs[2:])))
         for r in functions["Node"].rows:
-            put(r.output, ("node", as_int(r.inputs[0]), resolve(r.inputs[1])))
+            put(r.output, ("node", as_int(r.inputs[1]), resolve(r.inputs[2])))
         for r in functions["Get"].rows:
             put(r.output, ("get", as_int(r.inputs[1]), (name_of[r.inputs[0]],)))
         types = {cid: self.ref_types[cid] for cid in classes}
-        for entries in by_op.values():
-            entries.sort(key=lambda ce: (ce[0], ce[1][1], ce[1][2]))
-        return EGraphView(classes, class_of, types, canonical, by_op)
+        rows = {}
+        for relation, n in self._relations.items():
+            rows[relation] = [tuple(name_of[v] for v in r.inputs[:n]) + tuple(as_int(v) for v in r.inputs[n:])
+                              for r in functions[relation].rows]
+        return EGraphView(classes, class_of, types, canonical, rows)

@@ -13,7 +13,9 @@ unioned with the source's classes, only when its types are the source's (as
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,7 +29,7 @@ from tvm_taso.rewrite.semantics import (
     match_attributes,
     same_value,
 )
-from tvm_taso.search.egraph import EGraph, EGraphView
+from tvm_taso.search.egraph import EGraph, EGraphView, node_term
 
 
 class Shapes:
@@ -136,15 +138,6 @@ def _computes(x) -> bool:
     return isinstance(x, Call) or (isinstance(x, Tup) and any(_computes(i) for i in x.items))
 
 
-def _attributes_compute(pat) -> bool:
-    """Whether an attribute anywhere in a pattern evaluates a function of the bindings."""
-    if isinstance(pat, Get):
-        return _attributes_compute(pat.expr)
-    if isinstance(pat, Op):
-        return any(_computes(v) for _, v in pat.attrs) or any(_attributes_compute(a) for a in pat.args)
-    return False
-
-
 def _merged(env: dict, more: dict, checked=()) -> dict | None:
     """``env`` with the bindings of ``more``, or None where they disagree (``checked``: names
     known to agree)."""
@@ -158,199 +151,6 @@ def _merged(env: dict, more: dict, checked=()) -> dict | None:
                 out = dict(env)
             out[name] = value
     return env if out is None else out
-
-
-class Matcher:
-    """Every site of a rule in one snapshot of the e-graph."""
-
-    def __init__(self, eg: EGraph, view: EGraphView, memo: tuple[dict, dict]):
-        self.eg, self.view = eg, view
-        # across the rounds of one saturation (the rules, whose ids key them, stay alive):
-        # (pattern id, op key) -> attribute bindings or None; pattern id -> whether its attributes compute
-        self.attribute_memo, self.computes_memo = memo
-        self.shapes = Shapes(eg, view)
-        self._attrs: dict[int, dict] = {}
-        self._near_by_op: dict = {}  # (op, id of a set the caller keeps for the round) -> e-nodes
-        self._sites: dict = {}  # (root pattern id, id of the classes it is limited to) -> its sites
-        self._indexes: dict = {}  # the same, with the variables joined on -> sites by their values
-        self._depends: dict[int, bool] = {}  # root pattern id -> whether its attributes read other roots' bindings
-
-    def attrs(self, op_key: int) -> dict:
-        found = self._attrs.get(op_key)
-        if found is None:
-            found = self._attrs[op_key] = dict(self.eg.op_keys[op_key][1])
-        return found
-
-    def matches(self, rule: Rule, roots_in: set | None = None, accept=None,
-                order: tuple[int, ...] | None = None) -> Iterator[tuple[tuple[int, ...], dict]]:
-        """(root classes, bindings) of each site, one per distinct pair; with ``roots_in``, only
-        the sites with a root among those classes; with ``accept``, only sites whose roots it
-        accepts (asked when the last root is chosen). ``order``: :func:`match_order` of the
-        rule, if the caller keeps it."""
-        seen = set()
-        order = order or match_order(rule)
-        for position in range(len(rule.src)) if roots_in is not None else (None,):
-            for chosen, env in self._join(rule, order, 0, (), {}, roots_in=roots_in, position=position,
-                                          accept=accept):
-                roots = tuple(chosen[order.index(i)] for i in range(len(order)))
-                key = (roots, tuple(sorted(env.items(), key=lambda kv: kv[0])))
-                if key in seen:
-                    continue
-                seen.add(key)
-                if conditions_hold(rule, env, self.shapes):
-                    yield roots, env
-
-    def _join(self, rule: Rule, order: tuple, k: int, chosen: tuple, env: dict, *, roots_in: set | None,
-              position: int | None, accept):
-        """Sites of the roots ``order[k:]`` (classes chosen in that order) agreeing with ``env``;
-        the root at ``position`` taken from ``roots_in``. Each root's pattern is matched once per
-        round on its own (:meth:`root_sites`) and joined with the roots before it on the
-        variables they share, by a hash index (:meth:`_partners`): a merge rule's second matmul
-        is looked up by the input the first one bound, not matched again for every first one."""
-        if k == len(order):
-            yield chosen, env
-            return
-        i = order[k]
-        last = k == len(order) - 1
-        for cid, site_env, checked in self._partners(rule.src[i], env, roots_in if i == position else None):
-            if cid in chosen:
-                continue
-            if last and k and accept is not None and not accept(
-                    tuple((chosen + (cid,))[order.index(j)] for j in range(len(order)))):
-                continue
-            env2 = _merged(env, site_env, checked)
-            if env2 is not None:
-                yield from self._join(rule, order, k + 1, chosen + (cid,), env2, roots_in=roots_in,
-                                      position=position, accept=accept)
-
-    def root_sites(self, pat, classes: set | None = None) -> list[tuple[int, dict]]:
-        """(class, bindings) of every match of the root pattern ``pat`` on its own, in classes
-        of ``classes`` if given (one of a round's sets of classes near a change)."""
-        key = (id(pat), None if classes is None else id(classes))
-        found = self._sites.get(key)
-        if found is None:
-            found = self._sites[key] = [(cid, env) for cid, node_pat, enode in self._root_candidates(pat, classes)
-                                        for env in self._enode(node_pat, enode, {})]
-        return found
-
-    def _root_candidates(self, pat, classes: set | None):
-        """(class, node pattern, e-node) for each e-node of the root pattern's op that may match
-        it, in ``classes`` if given; a ``get`` root only in classes with that many outputs."""
-        node_pat = pat.expr if isinstance(pat, Get) else pat
-        candidates = self.near(node_pat.op, classes) if classes is not None else self.view.by_op.get(node_pat.op, ())
-        for cid, enode in candidates:
-            if not (isinstance(pat, Get) and pat.index >= len(self.view.types[cid])):
-                yield cid, node_pat, enode
-
-    def _partners(self, pat, env: dict, classes: set | None):
-        """(class, bindings, names known to agree with ``env``) of each site of the root pattern
-        ``pat`` that may agree with ``env`` (:func:`_merged` checks the rest)."""
-        if env and self._reads_bindings(pat):  # its attributes are computed from other roots' bindings
-            for cid, node_pat, enode in self._root_candidates(pat, classes):
-                for env2 in self._enode(node_pat, enode, env):
-                    yield cid, env2, env2.keys()
-            return
-        sites = self.root_sites(pat, classes)
-        if not env:
-            for cid, site_env in sites:
-                yield cid, site_env, ()
-            return
-        # joined on the variables every site binds (a node lacking an attribute the pattern
-        # names binds nothing for it); any other shared variable is checked by _merged
-        key = (id(pat), None if classes is None else id(classes), tuple(sorted(env)))
-        found = self._indexes.get(key)
-        if found is None:
-            common = set.intersection(*(set(e) for _, e in sites)) if sites else set()
-            names = tuple(n for n in key[2] if n in common)
-            index: dict = {}
-            for site in sites:
-                index.setdefault(tuple(site[1][n] for n in names), []).append(site)
-            found = self._indexes[key] = (frozenset(names), names, index)
-        checked, names, index = found
-        for cid, site_env in index.get(tuple(env[n] for n in names), ()):
-            yield cid, site_env, checked
-
-    def _reads_bindings(self, pat) -> bool:
-        found = self._depends.get(id(pat))
-        if found is None:
-            found = self._depends[id(pat)] = _attributes_compute(pat)
-        return found
-
-    def near(self, op: str, classes: set) -> list:
-        """The e-nodes of ``op`` in ``classes`` (one of a round's sets of classes near a change)."""
-        key = (op, id(classes))
-        found = self._near_by_op.get(key)
-        if found is None:
-            found = self._near_by_op[key] = [(cid, e) for cid, e in self.view.by_op.get(op, ()) if cid in classes]
-        return found
-
-    def _enode(self, pat: Op, enode, env: dict):
-        if enode[0] != "node" or len(enode[2]) != len(pat.args):
-            return
-        op, _ = self.eg.op_keys[enode[1]]
-        if op != pat.op:
-            return
-        env = self._attributes(pat, enode[1], env)
-        if env is not None:
-            yield from self._args(pat.args, enode[2], 0, env)
-
-    def _attributes(self, pat: Op, op_key: int, env: dict) -> dict | None:
-        """:func:`match_attributes`, memoized per pattern and op key on an empty environment
-        (then merged with ``env``) when the pattern's attributes compute nothing."""
-        computes = self.computes_memo.get(id(pat))
-        if computes is None:
-            computes = self.computes_memo[id(pat)] = any(_computes(v) for _, v in pat.attrs)
-        if computes:
-            return match_attributes(pat, self.attrs(op_key), env)
-        key = (id(pat), op_key)
-        if key not in self.attribute_memo:
-            self.attribute_memo[key] = match_attributes(pat, self.attrs(op_key), {})
-        bound = self.attribute_memo[key]
-        if bound is None:
-            return None
-        for name, value in bound.items():
-            if name in env:
-                if not same_value(env[name], value):
-                    return None
-            else:
-                env = dict(env)
-                env[name] = value
-        return env
-
-    def _args(self, pats, children, k: int, env: dict):
-        if k == len(pats):
-            yield env
-            return
-        for env2 in self._class(pats[k], children[k], env):
-            yield from self._args(pats, children, k + 1, env2)
-
-    def _class(self, pat, cid: int, env: dict):
-        view = self.view
-        if isinstance(pat, Var):
-            if view.is_tuple(cid):
-                return
-            bound = env.get(pat.name)
-            if bound is None:
-                env = dict(env)
-                env[pat.name] = (cid, 0)
-                yield env
-            elif bound == (cid, 0):
-                yield env
-            return
-        if isinstance(pat, Get):
-            if view.is_tuple(cid):
-                return
-            for enode in view.classes[cid]:
-                if enode[0] == "get" and enode[1] == pat.index:
-                    for inner in view.classes[enode[2][0]]:
-                        yield from self._enode(pat.expr, inner, env)
-                elif pat.index == 0 and enode[0] == "node":  # output 0 of a one-output op
-                    yield from self._enode(pat.expr, enode, env)
-            return
-        if view.is_tuple(cid):
-            return
-        for enode in view.classes[cid]:
-            yield from self._enode(pat, enode, env)
 
 
 class Applier:
@@ -460,3 +260,254 @@ class Applier:
             return self._enode(enode, None)
         types = node.output_types()
         return self._enode(enode, lambda: self.eg.add_node(key, enode[2], types))
+
+
+# -- relational matching: the patterns' structure matched by egglog -----------------------------
+#
+# What egglog's queries cannot state, checked in Python per site found (egglog has no negation,
+# no attribute values and no shape analysis in this e-graph):
+#   TUPLE_OPERAND   a tensor variable binds no multi-output value;
+#   GET_ROOT        a ``get i`` root reads an op with more than i outputs;
+#   DISTINCT_ROOTS  the roots of a multi-output rule are distinct classes;
+#   ATTRIBUTES      attribute patterns against the op's attributes (memoized per pattern and op);
+#   CONDITIONS      the rule's conditions over shapes (:func:`conditions_hold`);
+#   JOIN            roots that share no tensor variable (two transposes anywhere) are matched
+#                   apart and paired here, lazily: egglog would build every pair;
+# and, in :mod:`.eqsat`, the dependency filters of multi-output sites (cycles, repeated merges).
+
+RELATION = "{relation}"  # in a compiled program, where its relation's name goes
+
+
+@dataclass(frozen=True)
+class Part:
+    """A connected part of a rule's roots (they share tensor variables), matched by egglog: its
+    relation's columns are the classes of ``roots``, the classes of the rule's tensor variables
+    ``variables`` and the op keys of the rule's op patterns ``ops`` (indexes into the rule's)."""
+
+    relation: str
+    roots: tuple[int, ...]
+    variables: tuple[int, ...]
+    ops: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    """A rule's source patterns as egglog rules, one :class:`Part` per connected part of its
+    roots; ``variables``: its tensor variables; ``ops``: its op patterns in the order their
+    attributes are checked (the roots in :func:`match_order`, each from its root down)."""
+
+    rule: Rule
+    variables: tuple[str, ...]
+    ops: tuple[Op, ...]
+    parts: tuple[Part, ...]
+
+
+def compile_rule(rule: Rule, op_number) -> tuple[CompiledRule, list[str]]:
+    """``rule`` compiled to egglog: the :class:`CompiledRule` (its parts' relations named
+    :data:`RELATION` for now) and each part's egglog program. ``op_number(op)``: the number the
+    e-nodes of op ``op`` carry. A ``get 0`` below a root may read a one-output op directly (as
+    a graph's ref ``(node, 0)`` does): each such ``get`` doubles a part's egglog rules."""
+    variables: list[str] = []
+    ops_in_order: list[Op] = []
+    position: dict[int, int] = {}  # id of an op pattern -> its place in ops_in_order
+    fresh = iter(range(1 << 30))
+
+    def number(pat, root: int, used: dict) -> None:
+        if isinstance(pat, Get):
+            number(pat.expr, root, used)
+        elif isinstance(pat, Op):
+            position[id(pat)] = len(ops_in_order)
+            ops_in_order.append(pat)
+            used.setdefault(root, [set(), []])[1].append(position[id(pat)])
+            for arg in pat.args:
+                if isinstance(arg, Var):
+                    if arg.name not in variables:
+                        variables.append(arg.name)
+                    used[root][0].add(variables.index(arg.name))
+                else:
+                    number(arg, root, used)
+
+    def at_class(pat, cls: str) -> list[list[str]]:
+        """The alternative fact lists that match ``pat`` (an op or a ``get``) at the class ``cls``."""
+        if isinstance(pat, Get):
+            below = f"c{next(fresh)}"
+            ways = [[f"(= {cls} (Get {below} {pat.index}))"] + f for f in op_at(pat.expr, below)]
+            return ways + (op_at(pat.expr, cls) if pat.index == 0 else [])
+        return op_at(pat, cls)
+
+    def op_at(pat: Op, cls: str) -> list[list[str]]:
+        key = f"k{position[id(pat)]}"
+        arg_classes, arg_ways = [], [[]]
+        for arg in pat.args:
+            if isinstance(arg, Var):
+                arg_classes.append(f"v{variables.index(arg.name)}")
+                continue
+            name = f"c{next(fresh)}"
+            arg_classes.append(name)
+            arg_ways = [w + f for w in arg_ways for f in at_class(arg, name)]
+        head = [f"(= {cls} {node_term(op_number(pat.op), key, arg_classes)})"]
+        return [head + w for w in arg_ways]
+
+    order = match_order(rule)
+    used: dict[int, list] = {}  # root -> [its variables, its ops]
+    for i in order:
+        number(rule.src[i], i, used)
+    parts, programs = [], []
+    for roots in _connected(order, {i: used[i][0] for i in order}):
+        ways = [[]]
+        for i in roots:
+            root = rule.src[i]
+            ways = [w + f for w in ways for f in op_at(root.expr if isinstance(root, Get) else root, f"r{i}")]
+        part_vars = sorted(set().union(*(used[i][0] for i in roots)))
+        part_ops = sorted(j for i in roots for j in used[i][1])
+        columns = [f"r{i}" for i in roots] + [f"v{k}" for k in part_vars] + [f"k{j}" for j in part_ops]
+        sorts = ["T"] * (len(roots) + len(part_vars)) + ["i64"] * len(part_ops)
+        lines = [f"(relation {RELATION} ({' '.join(sorts)}))"]
+        lines += [f"(rule ({' '.join(facts)}) (({RELATION} {' '.join(columns)})) :ruleset match)" for facts in ways]
+        parts.append(Part(RELATION, tuple(roots), tuple(part_vars), tuple(part_ops)))
+        programs.append("\n".join(lines))
+    return CompiledRule(rule, tuple(variables), tuple(ops_in_order), tuple(parts)), programs
+
+
+def _connected(order: tuple[int, ...], variables: dict[int, set]) -> list[list[int]]:
+    """The roots (in ``order``) grouped by shared variables, transitively."""
+    groups: list[tuple[list[int], set]] = []
+    for i in order:
+        joined = [g for g in groups if g[1] & variables[i]]
+        roots, names = [i], set(variables[i])
+        for g in joined:
+            roots, names = g[0] + roots, names | g[1]
+            groups.remove(g)
+        groups.append((roots, names))
+    return [sorted(g[0], key=order.index) for g in groups]
+
+
+def compile_rules(rules: list[Rule], op_number) -> tuple[dict[int, CompiledRule], list[tuple[str, int, str]]]:
+    """Each rule compiled (by rule id), and the egglog programs ``(relation, class columns,
+    program)``, one per distinct part (the generated rules share about half of their structures)."""
+    compiled, programs, relation_of = {}, [], {}
+    for rule in rules:
+        c, texts = compile_rule(rule, op_number)
+        parts = []
+        for part, text in zip(c.parts, texts):
+            relation = relation_of.get(text)
+            if relation is None:
+                relation = relation_of[text] = f"M{len(relation_of)}"
+                programs.append((relation, len(part.roots) + len(part.variables), text.replace(RELATION, relation)))
+            parts.append(Part(relation, part.roots, part.variables, part.ops))
+        compiled[id(rule)] = CompiledRule(rule, c.variables, c.ops, tuple(parts))
+    return compiled, programs
+
+
+class Sites:
+    """The sites of compiled rules over the rounds of one saturation: the rows egglog recorded,
+    checked in Python (the checks named above). Each round (:meth:`update`) only the rows new
+    since the last are added to each rule's backlog; a site leaves it when it is rejected or
+    applied, and one a round left (the node limit, a ban) is offered again in the next."""
+
+    def __init__(self, eg: EGraph, compiled: dict[int, CompiledRule]):
+        self.eg, self.compiled = eg, compiled
+        self.memo: dict = {}  # (op pattern id, op key) -> its attribute bindings or None
+        self._seen: dict[str, set] = {}  # relation -> the rows read in earlier rounds
+        self._backlog: dict[int, list] = {key: [] for key, c in compiled.items() if len(c.parts) == 1}
+        self._done: dict[int, set] = {key: set() for key, c in compiled.items() if len(c.parts) > 1}
+
+    def update(self, view: EGraphView) -> None:
+        """Read a new snapshot: its new rows join the backlogs, renamed to the classes now."""
+        self.view, self.shapes = view, Shapes(self.eg, view)
+        fresh: dict[str, list] = {}
+        for relation, rows in view.rows.items():
+            seen = self._seen.setdefault(relation, set())
+            fresh[relation] = sorted(r for r in rows if r not in seen)  # in one order, whatever egglog's
+            seen.update(fresh[relation])
+        for key, backlog in self._backlog.items():
+            backlog.extend(fresh.get(self.compiled[key].parts[0].relation, ()))
+
+    def of(self, compiled: CompiledRule, accept=None) -> Iterator[tuple[tuple[int, ...], dict]]:
+        """(root classes, bindings) of each site of ``compiled`` waiting to be checked."""
+        key = id(compiled.rule)
+        if key in self._done:
+            yield from self._joined(compiled, accept)
+            return
+        part = compiled.parts[0]
+        backlog = self._backlog[key] = self._renamed(part, self._backlog[key])
+        k, offered = 0, False
+        try:
+            while k < len(backlog):
+                row = backlog[k]
+                k += 1
+                site = self._site(compiled, (part,), (row,), accept)
+                if site is not None:
+                    offered = True
+                    yield site
+                    offered = False
+        finally:  # the site the caller stopped at, and those after it, wait for the next round
+            del backlog[:k - offered]
+
+    def _joined(self, compiled: CompiledRule, accept):
+        """JOIN: the sites of a rule whose roots share no variable, paired here lazily."""
+        done = self._done[id(compiled.rule)]
+        for rows in itertools.product(*(self._rows(part) for part in compiled.parts)):
+            if rows in done:
+                continue
+            done.add(rows)  # taken back below if the caller stops at it
+            site = self._site(compiled, compiled.parts, rows, accept)
+            if site is not None:
+                done.discard(rows)
+                yield site
+                done.add(rows)
+
+    def _rows(self, part: Part) -> list[tuple]:
+        return self._renamed(part, self.view.rows.get(part.relation, ()))
+
+    def _renamed(self, part: Part, rows) -> list[tuple]:
+        """``rows`` with their classes as this snapshot names them (a union renames a class to
+        its smallest member), each once."""
+        n, canonical = len(part.roots) + len(part.variables), self.view.canonical
+        return list(dict.fromkeys(tuple(canonical[c] for c in row[:n]) + row[n:] for row in rows))
+
+    def _site(self, compiled: CompiledRule, parts, rows, accept) -> tuple[tuple[int, ...], dict] | None:
+        """The site of one row per part: (roots, bindings), or None where a check fails."""
+        rule, view = compiled.rule, self.view
+        roots: list = [None] * len(rule.src)
+        classes: list = [None] * len(compiled.variables)
+        keys: list = [None] * len(compiled.ops)
+        for part, row in zip(parts, rows):
+            cut = len(part.roots) + len(part.variables)
+            for i, c in zip(part.roots, row):
+                pat = rule.src[i]
+                if isinstance(pat, Get) and pat.index >= len(view.types[c]):  # GET_ROOT
+                    return None
+                roots[i] = c
+            for k, c in zip(part.variables, row[len(part.roots):cut]):
+                if view.is_tuple(c):  # TUPLE_OPERAND
+                    return None
+                classes[k] = c
+            for j, op_key in zip(part.ops, row[cut:]):
+                keys[j] = op_key
+        roots = tuple(roots)
+        if len(set(roots)) != len(roots):  # DISTINCT_ROOTS
+            return None
+        if accept is not None and not accept(roots):
+            return None
+        env = self._attributes(compiled, keys, {name: (c, 0) for name, c in zip(compiled.variables, classes)})
+        if env is None or not conditions_hold(rule, env, self.shapes):  # CONDITIONS
+            return None
+        return roots, env
+
+    def _attributes(self, compiled: CompiledRule, keys: list, env: dict) -> dict | None:
+        """ATTRIBUTES: each op pattern's :func:`match_attributes` against its op key's, in order;
+        memoized per pattern and op key when the pattern's attributes compute nothing."""
+        for pat, op_key in zip(compiled.ops, keys):
+            attrs = self.eg.op_keys[op_key][1]
+            if any(_computes(v) for _, v in pat.attrs):
+                env = match_attributes(pat, dict(attrs), env)
+            else:
+                memo_key = (id(pat), op_key)
+                if memo_key not in self.memo:
+                    self.memo[memo_key] = match_attributes(pat, dict(attrs), {})
+                bound = self.memo[memo_key]
+                env = None if bound is None else _merged(env, bound)
+            if env is None:
+                return None
+        return env

@@ -8,14 +8,13 @@ refined by a few steps of backtracking from it (``refine_budget``: extraction wo
 per-e-node prices, and a rewrite that pays only through fusion can escape it), and kept only
 if it costs less than the region did.
 
-Python drives the e-graph: the rule language computes attributes and checks shapes, which egglog
-rules could only do with a shape analysis encoded in egglog; egglog keeps the e-nodes,
-union-find and congruence closure, and Python matches the same :class:`Rule` data on each
-round's snapshot. Matching is incremental (a rule is matched again only near what changed,
-:func:`saturate`) and joined (a multi-output rule's roots are matched once each and joined on
-shared variables, :meth:`.ematch.Matcher.matches`); multi-output sites that would close a
-cycle or only repeat a merge are dropped before they are applied (:class:`Dependencies`),
-since merges are where e-graphs explode; the :class:`Scheduler` decides which rules run when.
+The rules are compiled to egglog rules (:func:`.ematch.compile_rules`): egglog matches their
+patterns' structure (ops, operands, shared variables) relationally and incrementally, and
+records each match in a relation; egglog also keeps the e-nodes, union-find and congruence
+closure. Python reads each round's new matches and checks what egglog cannot state here
+(attributes, conditions on shapes: the checks named in :mod:`.ematch`), drops the multi-output
+sites that would close a cycle or only repeat a merge (:class:`Dependencies`, since merges are
+where e-graphs explode), and applies the rest in the :class:`Scheduler`'s order.
 
 ``search="auto"`` runs eqsat on every region and, on regions of at most ``AUTO_BOTH_OPS`` ops
 (where backtracking is cheap), backtracking too, keeping the cheaper graph.
@@ -25,15 +24,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from tvm_taso.cost.model import CostModel
 from tvm_taso.ir.graph import LEAVES, Graph
 from tvm_taso.rewrite.rule import Rule
 from tvm_taso.search import backtrack, ematch
-from tvm_taso.search.egraph import MISSING, EGraph, EGraphView, available
-from tvm_taso.search.ematch import Applier, Matcher
+from tvm_taso.search.egraph import MISSING, OP_NUMBERS, EGraph, EGraphView, Matching, available
+from tvm_taso.search.ematch import Applier
 from tvm_taso.search.extract import Extractor
 from tvm_taso.search.options import EqsatLimits, SearchOptions
 from tvm_taso.search.regions import Found
@@ -182,25 +181,34 @@ class Dependencies:
 @dataclass
 class RuleSet:
     """The rules, with what saturation asks about each (by rule id), worked out once per search
-    rather than per region (the symmetry check alone is costly)."""
+    rather than per region (the symmetry check alone is costly), and the egglog e-graph that
+    matches them (:meth:`matching`, made once per process)."""
 
     single: list[Rule]
     multi: list[Rule]
-    reach: dict[int, int]  # how far below its roots a rule's patterns read
-    order: dict[int, tuple[int, ...]]  # the order its roots are matched in
     symmetric: set[int]
     merging: set[int]
+    compiled: dict[int, ematch.CompiledRule]  # rule id -> its egglog relations and columns
+    programs: list[tuple[str, int, str]]  # the egglog rules (:func:`ematch.compile_rules`)
+    _matching: Matching | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, rules: list[Rule]) -> RuleSet:
         multi = [r for r in rules if len(r.src) > 1]
+        compiled, programs = ematch.compile_rules(rules, OP_NUMBERS.__getitem__)
         return cls(
             single=[r for r in rules if len(r.src) == 1], multi=multi,
-            reach={id(r): max(ematch.reach(p) for p in r.src) for r in rules},
-            order={id(r): ematch.match_order(r) for r in rules},
             symmetric={id(r) for r in multi if ematch.symmetric(r)},
             merging={id(r) for r in multi if ematch.merges(r)},
+            compiled=compiled, programs=programs,
         )
+
+    def matching(self) -> Matching:
+        """The egglog e-graph holding these rules, each region's :class:`EGraph` a push of it
+        (made on first use, in the process searching: egglog's objects do not cross processes)."""
+        if self._matching is None:
+            self._matching = Matching(self.programs)
+        return self._matching
 
 
 class Scheduler:
@@ -213,13 +221,11 @@ class Scheduler:
     - within each kind, the rules the node limit stopped last round come first, so that no rule
       is starved round after round for its place in the library;
     - a rule that changes more than ``match_limit`` sites in a round is banned for 1, 2, 4, ...
-      rounds, so that an exploding rule (transposes, pairwise merges) does not starve the rest;
-    - a rule all of whose sites were applied is *complete*: the next round matches it only near
-      what changed (:func:`saturate`)."""
+      rounds, so that an exploding rule (transposes, pairwise merges) does not starve the rest
+      (its sites wait in its backlog, :class:`.ematch.Sites`)."""
 
     def __init__(self, rules: RuleSet, limits: EqsatLimits):
         self.rules, self.limits = rules, limits
-        self.complete: set[int] = set()  # ids of the rules all of whose sites in the last snapshot were applied
         self.banned: dict[int, tuple[int, int]] = {}  # rule id -> (first round it runs again, times banned)
         self.starved: set[int] = set()  # ids of the rules the node limit stopped in the last round
 
@@ -241,16 +247,6 @@ class Scheduler:
     def starve(self, rule: Rule) -> None:
         self.starved.add(id(rule))
 
-    def take_complete(self, rule: Rule) -> bool:
-        """Whether ``rule`` was complete, forgetting it (it is complete again only if this
-        round applies every site it finds)."""
-        was = id(rule) in self.complete
-        self.complete.discard(id(rule))
-        return was
-
-    def mark_complete(self, rule: Rule) -> None:
-        self.complete.add(id(rule))
-
     def is_banned(self, rule: Rule, k: int) -> bool:
         return self.banned.get(id(rule), (0, 0))[0] > k
 
@@ -262,55 +258,39 @@ class Scheduler:
 
 def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, creator: dict,
              original: dict, sites: list | None = None) -> tuple[Stop, int]:
-    """Run the rules to saturation or a limit; (why it stopped, rounds run). ``original``: the
-    input graph's e-node of each class (:func:`_load`); ``creator``: filled with the rule that
-    made each e-node; ``sites``, when given, with each rule application's target e-nodes.
+    """Run the rules to saturation or a limit; (why it stopped, rounds run). ``eg``: an e-graph
+    of ``rules.matching()``, on which egglog records each rule's structural matches every round;
+    ``original``: the input graph's e-node of each class (:func:`_load`); ``creator``: filled with
+    the rule that made each e-node; ``sites``, when given, with each rule application's target
+    e-nodes.
 
-    Matching is incremental: a rule whose every site was applied in the previous round it ran is
-    matched only at sites with a root within its patterns' reach above a class that changed
-    since then; a site elsewhere reads only unchanged classes, so it was found, and applied,
-    before. Multi-output sites are filtered before they are applied (:class:`Dependencies`);
-    the rules run in the :class:`Scheduler`'s order."""
+    Matching is egglog's (relational, semi-naive: each round it matches only what is new);
+    Python checks each new site once (:class:`.ematch.Sites`), filters multi-output sites
+    (:class:`Dependencies`) and applies them in the :class:`Scheduler`'s order."""
     view = eg.view
-    memo: tuple[dict, dict] = ({}, {})
+    found = ematch.Sites(eg, rules.compiled)
     scheduler = Scheduler(rules, limits)
-    old = None
     for k in range(limits.rounds):
-        changed = view.changed_since(old) if old is not None else None
-        near: dict[int, set] = {}  # classes within a number of steps above a change
         dependencies = Dependencies(view, original)
-        matcher = Matcher(eg, view, memo)
-        applier = Applier(eg, view, matcher.shapes, creator, sites)
-        cut = False  # a rule's sites were left for a later round (limit, ban or deadline)
+        found.update(view)
+        applier = Applier(eg, view, found.shapes, creator, sites)
+        cut = False
         for rule, budget in scheduler.round(k, view.size):
             if time.perf_counter() > deadline or view.size + eg.pending > budget:
                 cut = True
                 scheduler.starve(rule)
                 continue
-            was_complete = scheduler.take_complete(rule)
             if scheduler.is_banned(rule, k):
                 cut = True
                 continue
-            if any(op not in view.by_op for op in rule.root_ops):
-                scheduler.mark_complete(rule)
-                continue
-            roots_in = None
-            if changed is not None and was_complete:
-                steps = rules.reach[id(rule)]
-                if steps not in near:
-                    near[steps] = view.ancestors(changed, steps)
-                roots_in = near[steps]
-                if not any(matcher.near(op, roots_in) for op in rule.root_ops):
-                    scheduler.mark_complete(rule)  # none of its root ops near a change: no new site
-                    continue
             accept = None
             if len(rule.src) > 1:
                 accept = partial(dependencies.accepts, ordered=id(rule) in rules.symmetric,
                                  merge=id(rule) in rules.merging)
-            applied, exhausted = 0, True
-            for roots, env in matcher.matches(rule, roots_in, accept, rules.order[id(rule)]):
+            applied = 0
+            for roots, env in found.of(rules.compiled[id(rule)], accept):
                 if applied >= limits.match_limit or view.size + eg.pending > budget:
-                    cut, exhausted = True, False
+                    cut = True
                     if applied >= limits.match_limit:
                         scheduler.ban(rule, k)
                     else:
@@ -319,11 +299,9 @@ def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, c
                 before = applier.changes
                 applier.apply(rule, roots, env)
                 applied += applier.changes > before
-            if exhausted:
-                scheduler.mark_complete(rule)
         if applier.changes == 0 and not cut:
             return Stop.SATURATED, k + 1
-        old, view = view, eg.commit()
+        view = eg.commit()
         if view.size >= limits.node_limit:
             return Stop.NODE_LIMIT, k + 1
         if time.perf_counter() > deadline:
@@ -345,8 +323,11 @@ class EqsatRegion:
 
     def __call__(self, sub: Graph, deadline: float, stats: SearchStats):
         start = time.perf_counter()
+        with EGraph(self.rule_set.matching()) as eg:
+            return self._search(eg, sub, deadline, stats, start)
+
+    def _search(self, eg: EGraph, sub: Graph, deadline: float, stats: SearchStats, start: float) -> Found:
         start_cost = self.cost.cost(sub)
-        eg = EGraph()
         roots, original = _load(eg, sub)
         creator: dict = {}
         # each rule application's targets, only for the extraction search that moves by them
