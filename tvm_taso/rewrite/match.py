@@ -22,7 +22,7 @@ from tvm_taso.ir import ops
 from tvm_taso.ir.graph import CycleError, Graph, Ref
 from tvm_taso.ir.ops import OpError
 from tvm_taso.rewrite.rule import Get, Op, Rule, Scalar, Var, show
-from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, conditions_hold, evaluate_attr, fail, match_attributes
+from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, attributes_matched, conditions_hold, evaluate_attr, fail, match_attributes
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def _match_node(pat: Op, g: Graph, nid: int, env: dict, why: list | None = None)
         return None if why is None else fail(why, f"node {nid} is {node.op}, not {pat.op}")
     if len(node.inputs) != len(pat.args):
         return None if why is None else fail(why, f"{pat.op} node {nid} has {len(node.inputs)} operands, not {len(pat.args)}")
-    env = match_attributes(pat, node.attr, env, why)
+    env = match_attributes(pat, node.attr, env, why) if why is not None else attributes_matched(pat, node.attrs, env)
     if env is None:
         return None
     for p, ref in zip(pat.args, node.inputs):
@@ -85,12 +85,40 @@ def _match_root(pat, g: Graph, nid: int, env: dict, why: list | None = None) -> 
     return _match_node(pat, g, nid, env, why)
 
 
+# id of a rule -> (the rule, its unlinked_roots, the ops its source patterns name); the rule is
+# held so that its id is not reused
+_FACTS: dict[int, tuple[Rule, tuple[bool, ...], frozenset]] = {}
+
+
+def _facts(rule: Rule) -> tuple[tuple[bool, ...], frozenset]:
+    """What :func:`find_matches` asks of a rule on every graph, worked out once."""
+    found = _FACTS.get(id(rule))
+    if found is None or found[0] is not rule:
+        if len(_FACTS) >= 4096:  # a long process parsing many rule sets starts again
+            _FACTS.clear()
+        found = _FACTS[id(rule)] = (rule, unlinked_roots(rule), frozenset(_ops_named(rule.src)))
+    return found[1], found[2]
+
+
+def _ops_named(patterns) -> set[str]:
+    out: set[str] = set()
+    for p in patterns:
+        if isinstance(p, Get):
+            out |= _ops_named((p.expr,))
+        elif isinstance(p, Op):
+            out.add(p.op)
+            out |= _ops_named(p.args)
+    return out
+
+
 def find_matches(g: Graph, rule: Rule, by_op: dict[str, list[int]] | None = None) -> Iterator[Match]:
     """Every site of ``rule`` in ``g``, in a deterministic order."""
     if by_op is None:
         by_op = index_by_op(g)
     roots = rule.src
-    unlinked = unlinked_roots(rule)
+    unlinked, needed = _facts(rule)
+    if not needed <= by_op.keys():
+        return
 
     def extend(k: int, chosen: tuple[int, ...], env: dict):
         if k == len(roots):

@@ -60,6 +60,52 @@ def match_attributes(pat: Op, attrs: dict, env: dict, why: list | None = None) -
     return env
 
 
+def computes(x) -> bool:
+    """Whether an attribute pattern evaluates a function (its value depends on the bindings)."""
+    return isinstance(x, Call) or (isinstance(x, Tup) and any(computes(i) for i in x.items))
+
+
+def merged(env: dict, more: dict) -> dict | None:
+    """``env`` with the bindings of ``more``, or None where they disagree."""
+    out = None
+    for name, value in more.items():
+        if name in env:
+            if not same_value(env[name], value):
+                return None
+        else:
+            if out is None:
+                out = dict(env)
+            out[name] = value
+    return env if out is None else out
+
+
+# id of an op pattern -> (the pattern, whether its attributes compute, {a node's attribute pairs:
+# their bindings or None}); the pattern is held so that its id is not reused
+_ATTRIBUTE_MEMO: dict[int, tuple[Op, bool, dict]] = {}
+_MEMO_LIMIT = 1 << 16  # patterns remembered (a long process parsing many rule sets starts again)
+_UNSEEN = object()
+
+
+def attributes_matched(pat: Op, attrs: tuple, env: dict) -> dict | None:
+    """:func:`match_attributes` for a node's sorted attribute pairs ``attrs``, in the search (no
+    reasons): memoized per pattern and attributes when the pattern's attributes compute nothing
+    (what they bind is then merged with ``env``)."""
+    entry = _ATTRIBUTE_MEMO.get(id(pat))
+    if entry is None or entry[0] is not pat:
+        if len(_ATTRIBUTE_MEMO) >= _MEMO_LIMIT:
+            _ATTRIBUTE_MEMO.clear()
+        entry = _ATTRIBUTE_MEMO[id(pat)] = (pat, any(computes(v) for _, v in pat.attrs), {})
+    if entry[1]:
+        return match_attributes(pat, dict(attrs), env)
+    try:
+        bound = entry[2].get(attrs, _UNSEEN)
+    except TypeError:  # an attribute value that does not hash
+        return match_attributes(pat, dict(attrs), env)
+    if bound is _UNSEEN:
+        bound = entry[2][attrs] = match_attributes(pat, dict(attrs), {})
+    return None if bound is None else merged(env, bound)
+
+
 def _match_attr(pat, value, env: dict, why: list | None = None) -> dict | None:
     if isinstance(pat, Var):
         key = "@" + pat.name

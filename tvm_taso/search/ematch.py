@@ -1,9 +1,11 @@
-"""E-matching: the rule language's patterns matched against an e-graph, and rule targets added
-to it.
+"""E-matching: the rule language's patterns compiled to egglog rules, which egglog matches
+relationally (:func:`compile_rules`); the sites it records checked for what egglog cannot state
+here (:class:`Sites`: the checks are named below); and rule targets added to the e-graph
+(:class:`Applier`).
 
 The same :class:`~tvm_taso.rewrite.rule.Rule` data the backtracking search applies with
 :mod:`tvm_taso.rewrite.match`, meaning the same (:mod:`tvm_taso.rewrite.semantics`: attributes
-matched with :func:`match_attributes`, conditions and target attributes evaluated with
+matched with :func:`attributes_matched`, conditions and target attributes evaluated with
 :func:`conditions_hold` and :func:`evaluate_attr`, over the e-classes' :class:`Shapes`). A match
 binds tensor variables to e-classes (as refs ``(class, 0)``); a target becomes new e-nodes
 unioned with the source's classes, only when its types are the source's (as
@@ -22,13 +24,7 @@ import numpy as np
 from tvm_taso.ir.graph import normal_node
 from tvm_taso.ir.ops import OpError, TensorType
 from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
-from tvm_taso.rewrite.semantics import (
-    EVALUATION_ERRORS,
-    conditions_hold,
-    evaluate_attr,
-    match_attributes,
-    same_value,
-)
+from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, attributes_matched, conditions_hold, evaluate_attr
 from tvm_taso.search.egraph import EGraph, EGraphView, node_term
 
 
@@ -50,8 +46,7 @@ class Shapes:
 
 
 def reach(pat) -> int:
-    """How far below a pattern's root class its match reads (e-class steps): a site is new in a
-    round only if a class that close under its root changed."""
+    """How far below a pattern's root class its match reads (e-class steps)."""
     if isinstance(pat, Get):
         return 1 + reach(pat.expr)
     if isinstance(pat, Op):
@@ -74,9 +69,9 @@ _COMMUTATIVE_FUNCTIONS = {"=", "!=", "and", "or", "+", "*"}  # of rule.FUNCTIONS
 
 
 def match_order(rule: Rule) -> tuple[int, ...]:
-    """The order to match a rule's roots in: the deepest first, as its match binds the variables
-    the others are then looked up by (split-of-split: ``split(get(split(x)))`` first, then only
-    the splits of that ``x``)."""
+    """The order a rule's roots are compiled in, and their attributes checked: the deepest first,
+    as its match binds the variables the others are looked up by (split-of-split:
+    ``split(get(split(x)))`` first, then only the splits of that ``x``)."""
     return tuple(sorted(range(len(rule.src)), key=lambda i: -reach(rule.src[i])))
 
 
@@ -131,26 +126,6 @@ def symmetric(rule: Rule) -> bool:
     if not pair(rule.src[0], rule.src[1]):
         return False
     return {normal(renamed(c)) for c in rule.conds} == {normal(c) for c in rule.conds}
-
-
-def _computes(x) -> bool:
-    """Whether an attribute pattern evaluates a function (its value depends on the bindings)."""
-    return isinstance(x, Call) or (isinstance(x, Tup) and any(_computes(i) for i in x.items))
-
-
-def _merged(env: dict, more: dict, checked=()) -> dict | None:
-    """``env`` with the bindings of ``more``, or None where they disagree (``checked``: names
-    known to agree)."""
-    out = None
-    for name, value in more.items():
-        if name in env:
-            if name not in checked and not same_value(env[name], value):
-                return None
-        else:
-            if out is None:
-                out = dict(env)
-            out[name] = value
-    return env if out is None else out
 
 
 class Applier:
@@ -407,7 +382,6 @@ class Sites:
 
     def __init__(self, eg: EGraph, compiled: dict[int, CompiledRule]):
         self.eg, self.compiled = eg, compiled
-        self.memo: dict = {}  # (op pattern id, op key) -> its attribute bindings or None
         self._seen: dict[str, set] = {}  # relation -> the rows read in earlier rounds
         self._backlog: dict[int, list] = {key: [] for key, c in compiled.items() if len(c.parts) == 1}
         self._done: dict[int, set] = {key: set() for key, c in compiled.items() if len(c.parts) > 1}
@@ -418,7 +392,7 @@ class Sites:
         fresh: dict[str, list] = {}
         for relation, rows in view.rows.items():
             seen = self._seen.setdefault(relation, set())
-            fresh[relation] = sorted(r for r in rows if r not in seen)  # in one order, whatever egglog's
+            fresh[relation] = [r for r in rows if r not in seen]
             seen.update(fresh[relation])
         for key, backlog in self._backlog.items():
             backlog.extend(fresh.get(self.compiled[key].parts[0].relation, ()))
@@ -462,9 +436,11 @@ class Sites:
 
     def _renamed(self, part: Part, rows) -> list[tuple]:
         """``rows`` with their classes as this snapshot names them (a union renames a class to
-        its smallest member), each once."""
+        its smallest member), each once, in order: by root classes (in :func:`match_order`),
+        then variables and ops, so that a round cut short applies the same sites whatever
+        round each was found in."""
         n, canonical = len(part.roots) + len(part.variables), self.view.canonical
-        return list(dict.fromkeys(tuple(canonical[c] for c in row[:n]) + row[n:] for row in rows))
+        return sorted({tuple(canonical[c] for c in row[:n]) + row[n:] for row in rows})
 
     def _site(self, compiled: CompiledRule, parts, rows, accept) -> tuple[tuple[int, ...], dict] | None:
         """The site of one row per part: (roots, bindings), or None where a check fails."""
@@ -496,18 +472,9 @@ class Sites:
         return roots, env
 
     def _attributes(self, compiled: CompiledRule, keys: list, env: dict) -> dict | None:
-        """ATTRIBUTES: each op pattern's :func:`match_attributes` against its op key's, in order;
-        memoized per pattern and op key when the pattern's attributes compute nothing."""
+        """ATTRIBUTES: each op pattern's attributes against its op key's, in order."""
         for pat, op_key in zip(compiled.ops, keys):
-            attrs = self.eg.op_keys[op_key][1]
-            if any(_computes(v) for _, v in pat.attrs):
-                env = match_attributes(pat, dict(attrs), env)
-            else:
-                memo_key = (id(pat), op_key)
-                if memo_key not in self.memo:
-                    self.memo[memo_key] = match_attributes(pat, dict(attrs), {})
-                bound = self.memo[memo_key]
-                env = None if bound is None else _merged(env, bound)
+            env = attributes_matched(pat, self.eg.op_keys[op_key][1], env)
             if env is None:
                 return None
         return env

@@ -205,10 +205,20 @@ class RuleSet:
 
     def matching(self) -> Matching:
         """The egglog e-graph holding these rules, each region's :class:`EGraph` a push of it
-        (made on first use, in the process searching: egglog's objects do not cross processes)."""
+        (made on first use, in the process searching: egglog's objects do not cross processes;
+        kept for the next search of the same rules in this process, :data:`_MATCHINGS`)."""
         if self._matching is None:
-            self._matching = Matching(self.programs)
+            key = tuple(self.programs)
+            self._matching = _MATCHINGS.pop(key, None) or Matching(self.programs)
+            _MATCHINGS[key] = self._matching
+            while len(_MATCHINGS) > 2:
+                del _MATCHINGS[next(iter(_MATCHINGS))]
         return self._matching
+
+
+# the rules' egglog e-graphs of the last searches in this process (registering a library's rules
+# takes egglog about 0.3 s), by their programs, the most recent last
+_MATCHINGS: dict[tuple, Matching] = {}
 
 
 class Scheduler:
