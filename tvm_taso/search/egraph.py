@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass, field
 
 from tvm_taso.ir.ops import OPS, TensorType
+from tvm_taso.rewrite.semantics import attributes_matched
 
 # egglog's Rust core logs every command it runs at INFO through Python's logging (pyo3-log): with
 # logging at INFO, thousands of lines per region, and a Python call each. Quiet unless the
@@ -62,6 +63,7 @@ _SCHEMA = """
 (constructor Cons (T TL) TL)
 (relation Same (T T))
 (rule ((Same a b)) ((union a b)))
+(relation Fits (i64 i64))
 (ruleset match)
 """
 
@@ -98,7 +100,9 @@ class EGraphView:
     class_of: dict[ENode, int]  # hash-cons: e-node -> its class
     types: dict[int, tuple]  # class -> output types (one per output; a tensor has one)
     canonical: dict[int, int]  # every Ref number -> its class
-    rows: dict[str, list[tuple]] = field(default_factory=dict)  # match relation -> its rows, classes named
+    # match relation -> the rows egglog recorded since the last snapshot (a row a union changed
+    # is new), classes named as this snapshot names them
+    rows: dict[str, list[tuple]] = field(default_factory=dict)
 
     def __post_init__(self):
         self.size = sum(len(ns) for ns in self.classes.values())  # e-nodes
@@ -121,11 +125,15 @@ def _schema_egraph():
 
 class Matching:
     """An egglog e-graph holding the schema and compiled rules (``(relation, class columns,
-    program)``), made once per search: egglog takes about 1.5 ms to register a rule, and each
-    region's :class:`EGraph` is a ``(push)`` of this one, popped when the region is done."""
+    program)``, and the op patterns ``fits`` their ``Fits`` facts number), made once per search:
+    egglog takes about 1.5 ms to register a rule, and each region's :class:`EGraph` is a
+    ``(push)`` of this one, popped when the region is done."""
 
-    def __init__(self, programs: list[tuple[str, int, str]]):
+    def __init__(self, programs: list[tuple[str, int, str]], fits: list):
         self.eg = _schema_egraph()
+        self.fits_by_op: dict[str, list[tuple[int, object]]] = {}  # op -> (Fits number, op pattern)
+        for number, pat in enumerate(fits):
+            self.fits_by_op.setdefault(pat.op, []).append((number, pat))
         self.relations = {relation: columns for relation, columns, _ in programs}
         for _, _, program in programs:
             self.eg.run_program(*self.eg.parse_program(program))
@@ -163,6 +171,7 @@ class EGraph:
         self._pending: list[str] = []
         self.view: EGraphView | None = None
         self._match = self._eg.parse_program("(run match 1)")
+        self._rows_read: dict[str, set] = {}  # match relation -> egglog's rows read before
 
     def close(self) -> None:
         """Give the e-graph back to its :class:`Matching` (as it was before this one)."""
@@ -184,6 +193,10 @@ class EGraph:
         if k is None:
             k = self._op_key_of[key] = len(self.op_keys)
             self.op_keys.append(key)
+            if self._matching is not None:  # the op patterns whose own attributes it fits
+                for number, pat in self._matching.fits_by_op.get(op, ()):
+                    if attributes_matched(pat, attrs, {}) is not None:
+                        self._pending.append(f"(Fits {number} {k})")
         return k
 
     def _name(self, term: str, types: tuple) -> int:
@@ -272,6 +285,9 @@ class EGraph:
         types = {cid: self.ref_types[cid] for cid in classes}
         rows = {}
         for relation, n in self._relations.items():
-            rows[relation] = [tuple(name_of[v] for v in r.inputs[:n]) + tuple(as_int(v) for v in r.inputs[n:])
-                              for r in functions[relation].rows]
+            seen = self._rows_read.setdefault(relation, set())
+            new = [r.inputs for r in functions[relation].rows if tuple(r.inputs) not in seen]
+            seen.update(tuple(inputs) for inputs in new)
+            rows[relation] = [tuple(name_of[v] for v in inputs[:n]) + tuple(as_int(v) for v in inputs[n:])
+                              for inputs in new]
         return EGraphView(classes, class_of, types, canonical, rows)

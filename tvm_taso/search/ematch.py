@@ -24,7 +24,7 @@ import numpy as np
 from tvm_taso.ir.graph import normal_node
 from tvm_taso.ir.ops import OpError, TensorType
 from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
-from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, attributes_matched, conditions_hold, evaluate_attr
+from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, attributes_matched, computes, conditions_hold, evaluate_attr
 from tvm_taso.search.egraph import EGraph, EGraphView, node_term
 
 
@@ -243,8 +243,11 @@ class Applier:
 # no attribute values and no shape analysis in this e-graph):
 #   TUPLE_OPERAND   a tensor variable binds no multi-output value;
 #   GET_ROOT        a ``get i`` root reads an op with more than i outputs;
-#   DISTINCT_ROOTS  the roots of a multi-output rule are distinct classes;
-#   ATTRIBUTES      attribute patterns against the op's attributes (memoized per pattern and op);
+#   DISTINCT_ROOTS  the roots of a multi-output rule are distinct classes (egglog checks those
+#                   of one part: ``!=``);
+#   ATTRIBUTES      attribute patterns against the op's attributes: egglog checks each pattern's
+#                   own (``Fits`` facts, stated by Python for each new op key), Python the
+#                   variables several ops share and the attributes that compute (memoized);
 #   CONDITIONS      the rule's conditions over shapes (:func:`conditions_hold`);
 #   JOIN            roots that share no tensor variable (two transposes anywhere) are matched
 #                   apart and paired here, lazily: egglog would build every pair;
@@ -277,11 +280,31 @@ class CompiledRule:
     parts: tuple[Part, ...]
 
 
-def compile_rule(rule: Rule, op_number) -> tuple[CompiledRule, list[str]]:
+def fit_key(pat: Op) -> tuple | None:
+    """What decides whether an op's attributes fit ``pat``'s on their own (its op and attribute
+    patterns, variables renamed in order of appearance), or None for a pattern whose attributes
+    compute (checked in Python only)."""
+    if any(computes(v) for _, v in pat.attrs):
+        return None
+    names: dict[str, str] = {}
+
+    def renamed(x):
+        if isinstance(x, Var):
+            return Var(names.setdefault(x.name, f"a{len(names)}"))
+        if isinstance(x, Tup):
+            return Tup(tuple(renamed(i) for i in x.items))
+        return x
+
+    return (pat.op, tuple((name, renamed(v)) for name, v in pat.attrs))
+
+
+def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[CompiledRule, list[str]]:
     """``rule`` compiled to egglog: the :class:`CompiledRule` (its parts' relations named
     :data:`RELATION` for now) and each part's egglog program. ``op_number(op)``: the number the
-    e-nodes of op ``op`` carry. A ``get 0`` below a root may read a one-output op directly (as
-    a graph's ref ``(node, 0)`` does): each such ``get`` doubles a part's egglog rules."""
+    e-nodes of op ``op`` carry; ``fit_number(pat)``: the number of ``pat``'s :func:`fit_key` in
+    the ``Fits`` facts (whose op keys fit it on their own), or None. A ``get 0`` below a root
+    may read a one-output op directly (as a graph's ref ``(node, 0)`` does): each such ``get``
+    doubles a part's egglog rules."""
     variables: list[str] = []
     ops_in_order: list[Op] = []
     position: dict[int, int] = {}  # id of an op pattern -> its place in ops_in_order
@@ -321,6 +344,9 @@ def compile_rule(rule: Rule, op_number) -> tuple[CompiledRule, list[str]]:
             arg_classes.append(name)
             arg_ways = [w + f for w in arg_ways for f in at_class(arg, name)]
         head = [f"(= {cls} {node_term(op_number(pat.op), key, arg_classes)})"]
+        fit = fit_number(pat)
+        if fit is not None:
+            head.append(f"(Fits {fit} {key})")
         return [head + w for w in arg_ways]
 
     order = match_order(rule)
@@ -333,6 +359,8 @@ def compile_rule(rule: Rule, op_number) -> tuple[CompiledRule, list[str]]:
         for i in roots:
             root = rule.src[i]
             ways = [w + f for w in ways for f in op_at(root.expr if isinstance(root, Get) else root, f"r{i}")]
+        distinct = [f"(!= r{i} r{j})" for a, i in enumerate(roots) for j in roots[a + 1:]]
+        ways = [w + distinct for w in ways]
         part_vars = sorted(set().union(*(used[i][0] for i in roots)))
         part_ops = sorted(j for i in roots for j in used[i][1])
         columns = [f"r{i}" for i in roots] + [f"v{k}" for k in part_vars] + [f"k{j}" for j in part_ops]
@@ -357,12 +385,25 @@ def _connected(order: tuple[int, ...], variables: dict[int, set]) -> list[list[i
     return [sorted(g[0], key=order.index) for g in groups]
 
 
-def compile_rules(rules: list[Rule], op_number) -> tuple[dict[int, CompiledRule], list[tuple[str, int, str]]]:
-    """Each rule compiled (by rule id), and the egglog programs ``(relation, class columns,
-    program)``, one per distinct part (the generated rules share about half of their structures)."""
+def compile_rules(rules: list[Rule], op_number) -> tuple[dict[int, CompiledRule], list[tuple[str, int, str]], list[Op]]:
+    """Each rule compiled (by rule id); the egglog programs ``(relation, class columns,
+    program)``, one per distinct part (the generated rules share about half of their
+    structures); and the op patterns the ``Fits`` facts number, one per :func:`fit_key`."""
     compiled, programs, relation_of = {}, [], {}
+    fits: list[Op] = []
+    fit_of: dict[tuple, int] = {}
+
+    def fit_number(pat: Op) -> int | None:
+        key = fit_key(pat)
+        if key is None:
+            return None
+        if key not in fit_of:
+            fit_of[key] = len(fits)
+            fits.append(pat)
+        return fit_of[key]
+
     for rule in rules:
-        c, texts = compile_rule(rule, op_number)
+        c, texts = compile_rule(rule, op_number, fit_number)
         parts = []
         for part, text in zip(c.parts, texts):
             relation = relation_of.get(text)
@@ -371,7 +412,7 @@ def compile_rules(rules: list[Rule], op_number) -> tuple[dict[int, CompiledRule]
                 programs.append((relation, len(part.roots) + len(part.variables), text.replace(RELATION, relation)))
             parts.append(Part(relation, part.roots, part.variables, part.ops))
         compiled[id(rule)] = CompiledRule(rule, c.variables, c.ops, tuple(parts))
-    return compiled, programs
+    return compiled, programs, fits
 
 
 class Sites:
@@ -382,20 +423,17 @@ class Sites:
 
     def __init__(self, eg: EGraph, compiled: dict[int, CompiledRule]):
         self.eg, self.compiled = eg, compiled
-        self._seen: dict[str, set] = {}  # relation -> the rows read in earlier rounds
+        self._rows: dict[str, list] = {}  # relation -> every row read so far (for JOIN)
         self._backlog: dict[int, list] = {key: [] for key, c in compiled.items() if len(c.parts) == 1}
         self._done: dict[int, set] = {key: set() for key, c in compiled.items() if len(c.parts) > 1}
 
     def update(self, view: EGraphView) -> None:
         """Read a new snapshot: its new rows join the backlogs, renamed to the classes now."""
         self.view, self.shapes = view, Shapes(self.eg, view)
-        fresh: dict[str, list] = {}
         for relation, rows in view.rows.items():
-            seen = self._seen.setdefault(relation, set())
-            fresh[relation] = [r for r in rows if r not in seen]
-            seen.update(fresh[relation])
+            self._rows.setdefault(relation, []).extend(rows)
         for key, backlog in self._backlog.items():
-            backlog.extend(fresh.get(self.compiled[key].parts[0].relation, ()))
+            backlog.extend(view.rows.get(self.compiled[key].parts[0].relation, ()))
 
     def of(self, compiled: CompiledRule, accept=None) -> Iterator[tuple[tuple[int, ...], dict]]:
         """(root classes, bindings) of each site of ``compiled`` waiting to be checked."""
@@ -421,7 +459,7 @@ class Sites:
     def _joined(self, compiled: CompiledRule, accept):
         """JOIN: the sites of a rule whose roots share no variable, paired here lazily."""
         done = self._done[id(compiled.rule)]
-        for rows in itertools.product(*(self._rows(part) for part in compiled.parts)):
+        for rows in itertools.product(*(self._all_rows(part) for part in compiled.parts)):
             if rows in done:
                 continue
             done.add(rows)  # taken back below if the caller stops at it
@@ -431,8 +469,8 @@ class Sites:
                 yield site
                 done.add(rows)
 
-    def _rows(self, part: Part) -> list[tuple]:
-        return self._renamed(part, self.view.rows.get(part.relation, ()))
+    def _all_rows(self, part: Part) -> list[tuple]:
+        return self._renamed(part, self._rows.get(part.relation, ()))
 
     def _renamed(self, part: Part, rows) -> list[tuple]:
         """``rows`` with their classes as this snapshot names them (a union renames a class to
@@ -443,29 +481,31 @@ class Sites:
         return sorted({tuple(canonical[c] for c in row[:n]) + row[n:] for row in rows})
 
     def _site(self, compiled: CompiledRule, parts, rows, accept) -> tuple[tuple[int, ...], dict] | None:
-        """The site of one row per part: (roots, bindings), or None where a check fails."""
+        """The site of one row per part: (roots, bindings), or None where a check fails (the
+        cheapest checks first)."""
         rule, view = compiled.rule, self.view
         roots: list = [None] * len(rule.src)
+        for part, row in zip(parts, rows):
+            for i, c in zip(part.roots, row):
+                roots[i] = c
+        roots = tuple(roots)
+        if len(roots) > 1 and len(set(roots)) != len(roots):  # DISTINCT_ROOTS (across parts)
+            return None
+        if accept is not None and not accept(roots):
+            return None
+        for i, pat in enumerate(rule.src):
+            if isinstance(pat, Get) and pat.index >= len(view.types[roots[i]]):  # GET_ROOT
+                return None
         classes: list = [None] * len(compiled.variables)
         keys: list = [None] * len(compiled.ops)
         for part, row in zip(parts, rows):
             cut = len(part.roots) + len(part.variables)
-            for i, c in zip(part.roots, row):
-                pat = rule.src[i]
-                if isinstance(pat, Get) and pat.index >= len(view.types[c]):  # GET_ROOT
-                    return None
-                roots[i] = c
             for k, c in zip(part.variables, row[len(part.roots):cut]):
                 if view.is_tuple(c):  # TUPLE_OPERAND
                     return None
                 classes[k] = c
             for j, op_key in zip(part.ops, row[cut:]):
                 keys[j] = op_key
-        roots = tuple(roots)
-        if len(set(roots)) != len(roots):  # DISTINCT_ROOTS
-            return None
-        if accept is not None and not accept(roots):
-            return None
         env = self._attributes(compiled, keys, {name: (c, 0) for name, c in zip(compiled.variables, classes)})
         if env is None or not conditions_hold(rule, env, self.shapes):  # CONDITIONS
             return None

@@ -190,17 +190,18 @@ class RuleSet:
     merging: set[int]
     compiled: dict[int, ematch.CompiledRule]  # rule id -> its egglog relations and columns
     programs: list[tuple[str, int, str]]  # the egglog rules (:func:`ematch.compile_rules`)
+    fits: list  # the op patterns the egglog rules' Fits facts number
     _matching: Matching | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, rules: list[Rule]) -> RuleSet:
         multi = [r for r in rules if len(r.src) > 1]
-        compiled, programs = ematch.compile_rules(rules, OP_NUMBERS.__getitem__)
+        compiled, programs, fits = ematch.compile_rules(rules, OP_NUMBERS.__getitem__)
         return cls(
             single=[r for r in rules if len(r.src) == 1], multi=multi,
             symmetric={id(r) for r in multi if ematch.symmetric(r)},
             merging={id(r) for r in multi if ematch.merges(r)},
-            compiled=compiled, programs=programs,
+            compiled=compiled, programs=programs, fits=fits,
         )
 
     def matching(self) -> Matching:
@@ -208,8 +209,8 @@ class RuleSet:
         (made on first use, in the process searching: egglog's objects do not cross processes;
         kept for the next search of the same rules in this process, :data:`_MATCHINGS`)."""
         if self._matching is None:
-            key = tuple(self.programs)
-            self._matching = _MATCHINGS.pop(key, None) or Matching(self.programs)
+            key = (tuple(self.programs), tuple(ematch.fit_key(pat) for pat in self.fits))
+            self._matching = _MATCHINGS.pop(key, None) or Matching(self.programs, self.fits)
             _MATCHINGS[key] = self._matching
             while len(_MATCHINGS) > 2:
                 del _MATCHINGS[next(iter(_MATCHINGS))]
@@ -217,7 +218,7 @@ class RuleSet:
 
 
 # the rules' egglog e-graphs of the last searches in this process (registering a library's rules
-# takes egglog about 0.3 s), by their programs, the most recent last
+# takes egglog about 0.3 s), by their programs and Fits patterns, the most recent last
 _MATCHINGS: dict[tuple, Matching] = {}
 
 
