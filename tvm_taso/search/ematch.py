@@ -325,15 +325,16 @@ def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[Co
                 else:
                     number(arg, root, used)
 
-    def at_class(pat, cls: str) -> list[list[str]]:
-        """The alternative fact lists that match ``pat`` (an op or a ``get``) at the class ``cls``."""
+    def at_class(pat, cls: str, fits) -> list[list[str]]:
+        """The alternative fact lists that match ``pat`` (an op or a ``get``) at the class ``cls``
+        (``fits``: whether its ops' own attributes are stated as ``Fits`` facts)."""
         if isinstance(pat, Get):
             below = f"c{next(fresh)}"
-            ways = [[f"(= {cls} (Get {below} {pat.index}))"] + f for f in op_at(pat.expr, below)]
-            return ways + (op_at(pat.expr, cls) if pat.index == 0 else [])
-        return op_at(pat, cls)
+            ways = [[f"(= {cls} (Get {below} {pat.index}))"] + f for f in op_at(pat.expr, below, fits)]
+            return ways + (op_at(pat.expr, cls, fits) if pat.index == 0 else [])
+        return op_at(pat, cls, fits)
 
-    def op_at(pat: Op, cls: str) -> list[list[str]]:
+    def op_at(pat: Op, cls: str, fits: bool) -> list[list[str]]:
         key = f"k{position[id(pat)]}"
         arg_classes, arg_ways = [], [[]]
         for arg in pat.args:
@@ -342,9 +343,9 @@ def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[Co
                 continue
             name = f"c{next(fresh)}"
             arg_classes.append(name)
-            arg_ways = [w + f for w in arg_ways for f in at_class(arg, name)]
+            arg_ways = [w + f for w in arg_ways for f in at_class(arg, name, fits)]
         head = [f"(= {cls} {node_term(op_number(pat.op), key, arg_classes)})"]
-        fit = fit_number(pat)
+        fit = fit_number(pat) if fits else None
         if fit is not None:
             head.append(f"(Fits {fit} {key})")
         return [head + w for w in arg_ways]
@@ -355,10 +356,14 @@ def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[Co
         number(rule.src[i], i, used)
     parts, programs = [], []
     for roots in _connected(order, {i: used[i][0] for i in order}):
+        # a part of several roots states its ops' own attributes in egglog (Fits), as pairs
+        # failing them would otherwise be built; a one-root part leaves them to Python, sharing
+        # its egglog rule with the rules of its structure (each costs egglog at every push)
         ways = [[]]
         for i in roots:
             root = rule.src[i]
-            ways = [w + f for w in ways for f in op_at(root.expr if isinstance(root, Get) else root, f"r{i}")]
+            ways = [w + f for w in ways
+                    for f in op_at(root.expr if isinstance(root, Get) else root, f"r{i}", len(roots) > 1)]
         distinct = [f"(!= r{i} r{j})" for a, i in enumerate(roots) for j in roots[a + 1:]]
         ways = [w + distinct for w in ways]
         part_vars = sorted(set().union(*(used[i][0] for i in roots)))
