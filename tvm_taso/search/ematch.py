@@ -15,7 +15,6 @@ unioned with the source's classes, only when its types are the source's (as
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ import numpy as np
 from tvm_taso.ir.graph import normal_node
 from tvm_taso.ir.ops import OpError, TensorType
 from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
-from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, attributes_matched, computes, conditions_hold, evaluate_attr
+from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, attributes_matched, computes, conditions_hold, evaluate_attr, merged
 from tvm_taso.search.egraph import EGraph, EGraphView, node_term
 
 
@@ -420,6 +419,11 @@ def compile_rules(rules: list[Rule], op_number) -> tuple[dict[int, CompiledRule]
     return compiled, programs, fits
 
 
+def _hashable(value):
+    """An attribute value as an index key (lists, from a rule built in code, as tuples)."""
+    return tuple(_hashable(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
 class Sites:
     """The sites of compiled rules over the rounds of one saturation: the rows egglog recorded,
     checked in Python (the checks named above). Each round (:meth:`update`) only the rows new
@@ -462,9 +466,37 @@ class Sites:
             del backlog[:k - offered]
 
     def _joined(self, compiled: CompiledRule, accept):
-        """JOIN: the sites of a rule whose roots share no variable, paired here lazily."""
+        """JOIN: the sites of a rule whose roots share no tensor variable, paired here lazily,
+        each part's rows joined with the ones before on the attribute variables they share
+        (two convolutions merged into one grouped conv must have one stride: a hash index on
+        it, not every pair)."""
         done = self._done[id(compiled.rule)]
-        for rows in itertools.product(*(self._all_rows(part) for part in compiled.parts)):
+        sides = [self._attributed(compiled, part) for part in compiled.parts]
+        indexes: list = [None]
+        bound: set = set(sides[0][1])
+        for side, names in sides[1:]:
+            shared = tuple(sorted(bound & names))
+            index: dict = {}
+            for row, env in side:
+                index.setdefault(tuple(_hashable(env.get(n)) for n in shared), []).append((row, env))
+            indexes.append((shared, index))
+            bound |= names
+
+        def pairs(k: int, rows: tuple, env: dict):
+            if k == len(sides):
+                yield rows
+                return
+            if k == 0:
+                candidates = sides[0][0]
+            else:
+                shared, index = indexes[k]
+                candidates = index.get(tuple(_hashable(env.get(n)) for n in shared), ())
+            for row, more in candidates:
+                env2 = merged(env, more)
+                if env2 is not None:
+                    yield from pairs(k + 1, rows + (row,), env2)
+
+        for rows in pairs(0, (), {}):
             if rows in done:
                 continue
             done.add(rows)  # taken back below if the caller stops at it
@@ -473,6 +505,26 @@ class Sites:
                 done.discard(rows)
                 yield site
                 done.add(rows)
+
+    def _attributed(self, compiled: CompiledRule, part: Part) -> tuple[list, set]:
+        """The part's rows whose ops' attributes fit on their own, each with the attribute
+        variables they bind (patterns that compute attributes are left to :meth:`_site`), and
+        the names every row binds (an op lacking an attribute its pattern names binds nothing
+        for it: such names are checked by :func:`merged`, not indexed)."""
+        out, names = [], None
+        cut = len(part.roots) + len(part.variables)
+        for row in self._all_rows(part):
+            env: dict | None = {}
+            for j, key in zip(part.ops, row[cut:]):
+                pat = compiled.ops[j]
+                if not any(computes(v) for _, v in pat.attrs):
+                    env = attributes_matched(pat, self.eg.op_keys[key][1], env)
+                    if env is None:
+                        break
+            if env is not None:
+                out.append((row, env))
+                names = set(env) if names is None else names & env.keys()
+        return out, names or set()
 
     def _all_rows(self, part: Part) -> list[tuple]:
         return self._renamed(part, self._rows.get(part.relation, ()))
