@@ -64,6 +64,7 @@ _SCHEMA = """
 (relation Same (T T))
 (rule ((Same a b)) ((union a b)))
 (relation Fits (i64 i64))
+(ruleset read)
 (ruleset match)
 """
 
@@ -114,6 +115,12 @@ class EGraphView:
         return len(self.types[cid]) != 1
 
 
+def _arity(program: str, relation: str) -> int:
+    """How many columns ``relation`` has, from the program declaring it."""
+    start = program.index(f"(relation {relation} (") + len(f"(relation {relation} (")
+    return len(program[start:program.index(")", start)].split())
+
+
 def _schema_egraph():
     egglog = _bindings()
     if egglog is None:
@@ -137,6 +144,12 @@ class Matching:
         self.relations = {relation: columns for relation, columns, _ in programs}
         for _, _, program in programs:
             self.eg.run_program(*self.eg.parse_program(program))
+        # each relation emptied once read: egglog matches only what is new, so a relation then
+        # holds only the rows found since (reading every row each round cost more than matching)
+        for relation, program in ((r, p) for r, _, p in programs):
+            columns = " ".join(f"c{k}" for k in range(_arity(program, relation)))
+            self.eg.run_program(*self.eg.parse_program(
+                f"(rule (({relation} {columns})) ((delete ({relation} {columns}))) :ruleset read)"))
         self.push, self.pop = self.eg.parse_program("(push)"), self.eg.parse_program("(pop)")
         self.current: EGraph | None = None  # the e-graph pushed now (one at a time)
 
@@ -171,7 +184,7 @@ class EGraph:
         self._pending: list[str] = []
         self.view: EGraphView | None = None
         self._match = self._eg.parse_program("(run match 1)")
-        self._rows_read: dict[str, set] = {}  # match relation -> egglog's rows read before
+        self._read_done = self._eg.parse_program("(run read 1)")
 
     def close(self) -> None:
         """Give the e-graph back to its :class:`Matching` (as it was before this one)."""
@@ -285,9 +298,8 @@ class EGraph:
         types = {cid: self.ref_types[cid] for cid in classes}
         rows = {}
         for relation, n in self._relations.items():
-            seen = self._rows_read.setdefault(relation, set())
-            new = [r.inputs for r in functions[relation].rows if tuple(r.inputs) not in seen]
-            seen.update(tuple(inputs) for inputs in new)
             rows[relation] = [tuple(name_of[v] for v in inputs[:n]) + tuple(as_int(v) for v in inputs[n:])
-                              for inputs in new]
+                              for inputs in (r.inputs for r in functions[relation].rows)]
+        if self._relations:
+            eg.run_program(*self._read_done)
         return EGraphView(classes, class_of, types, canonical, rows)
