@@ -439,6 +439,7 @@ class Sites:
     def update(self, view: EGraphView) -> None:
         """Read a new snapshot: its new rows join the backlogs, renamed to the classes now."""
         self.view, self.shapes = view, Shapes(self.eg, view)
+        self._attributed_now: dict = {}
         for relation, rows in view.rows.items():
             self._rows.setdefault(relation, []).extend(rows)
         for key, backlog in self._backlog.items():
@@ -471,28 +472,30 @@ class Sites:
         (two convolutions merged into one grouped conv must have one stride: a hash index on
         it, not every pair)."""
         done = self._done[id(compiled.rule)]
-        sides = [self._attributed(compiled, part) for part in compiled.parts]
+        sides = [self._attributed(compiled, k) for k in range(len(compiled.parts))]
         indexes: list = [None]
-        bound: set = set(sides[0][1])
-        for side, names in sides[1:]:
+        bound, bound_any = set(sides[0][1]), set(sides[0][2])
+        for side, names, names_any in sides[1:]:
             shared = tuple(sorted(bound & names))
             index: dict = {}
             for row, env in side:
                 index.setdefault(tuple(_hashable(env.get(n)) for n in shared), []).append((row, env))
-            indexes.append((shared, index))
+            # when every name both sides may bind is indexed, a candidate agrees: no check
+            indexes.append((shared, index, (bound_any & names_any) <= set(shared)))
             bound |= names
+            bound_any |= names_any
 
         def pairs(k: int, rows: tuple, env: dict):
             if k == len(sides):
                 yield rows
                 return
             if k == 0:
-                candidates = sides[0][0]
+                candidates, agree = sides[0][0], True
             else:
-                shared, index = indexes[k]
+                shared, index, agree = indexes[k]
                 candidates = index.get(tuple(_hashable(env.get(n)) for n in shared), ())
             for row, more in candidates:
-                env2 = merged(env, more)
+                env2 = {**env, **more} if agree else merged(env, more)
                 if env2 is not None:
                     yield from pairs(k + 1, rows + (row,), env2)
 
@@ -506,12 +509,19 @@ class Sites:
                 yield site
                 done.add(rows)
 
-    def _attributed(self, compiled: CompiledRule, part: Part) -> tuple[list, set]:
-        """The part's rows whose ops' attributes fit on their own, each with the attribute
-        variables they bind (patterns that compute attributes are left to :meth:`_site`), and
-        the names every row binds (an op lacking an attribute its pattern names binds nothing
-        for it: such names are checked by :func:`merged`, not indexed)."""
-        out, names = [], None
+    def _attributed(self, compiled: CompiledRule, k: int) -> tuple[list, set, set]:
+        """Part ``k``'s rows whose ops' attributes fit on their own, each with the attribute
+        variables they bind (patterns that compute attributes are left to :meth:`_site`); the
+        names every row binds (an op lacking an attribute its pattern names binds nothing for
+        it: such names are checked by :func:`merged`, not indexed) and the names any row binds.
+        Worked out once per snapshot."""
+        key = (id(compiled.rule), k)
+        if key not in self._attributed_now:
+            self._attributed_now[key] = self._attributed_rows(compiled, compiled.parts[k])
+        return self._attributed_now[key]
+
+    def _attributed_rows(self, compiled: CompiledRule, part: Part) -> tuple[list, set, set]:
+        out, names, names_any = [], None, set()
         cut = len(part.roots) + len(part.variables)
         for row in self._all_rows(part):
             env: dict | None = {}
@@ -524,7 +534,8 @@ class Sites:
             if env is not None:
                 out.append((row, env))
                 names = set(env) if names is None else names & env.keys()
-        return out, names or set()
+                names_any |= env.keys()
+        return out, names or set(), names_any
 
     def _all_rows(self, part: Part) -> list[tuple]:
         return self._renamed(part, self._rows.get(part.relation, ()))
