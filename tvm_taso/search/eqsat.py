@@ -285,7 +285,7 @@ def saturate(eg: EGraph, rules: RuleSet, limits: EqsatLimits, deadline: float, c
         dependencies = Dependencies(view, original)
         found.update(view)
         applier = Applier(eg, view, found.shapes, creator, sites)
-        cut = False
+        cut = False  # a rule's sites were left for a later round (limit, ban or deadline)
         for rule, budget in scheduler.round(k, view.size):
             if time.perf_counter() > deadline or view.size + eg.pending > budget:
                 cut = True
