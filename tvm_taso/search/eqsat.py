@@ -218,7 +218,7 @@ class RuleSet:
 
 
 # the rules' egglog e-graphs of the last searches in this process (registering a library's rules
-# takes egglog about half a second), by their programs and Fits patterns, the most recent last
+# takes egglog about a third of a second), by their programs and Fits patterns, the most recent last
 _MATCHINGS: dict[tuple, Matching] = {}
 
 
