@@ -115,21 +115,6 @@ class EGraphView:
         return len(self.types[cid]) != 1
 
 
-def _arity(program: str, relation: str) -> int:
-    """How many columns ``relation`` has, from the program declaring it."""
-    start = program.index(f"(relation {relation} (") + len(f"(relation {relation} (")
-    return len(program[start:program.index(")", start)].split())
-
-
-def _schema_egraph():
-    egglog = _bindings()
-    if egglog is None:
-        raise ImportError(MISSING)
-    eg = egglog.EGraph()
-    eg.run_program(*eg.parse_program(_SCHEMA))
-    return eg
-
-
 class Matching:
     """An egglog e-graph holding the schema and compiled rules (``(relation, class columns,
     program)``, and the op patterns ``fits`` their ``Fits`` facts number), made once per search:
@@ -137,42 +122,34 @@ class Matching:
     ``(push)`` of this one, popped when the region is done."""
 
     def __init__(self, programs: list[tuple[str, int, str]], fits: list):
-        self.eg = _schema_egraph()
+        egglog = _bindings()
+        if egglog is None:
+            raise ImportError(MISSING)
+        self.eg = egglog.EGraph()
+        self.eg.run_program(*self.eg.parse_program(_SCHEMA))
         self.fits_by_op: dict[str, list[tuple[int, object]]] = {}  # op -> (Fits number, op pattern)
         for number, pat in enumerate(fits):
             self.fits_by_op.setdefault(pat.op, []).append((number, pat))
         self.relations = {relation: columns for relation, columns, _ in programs}
         for _, _, program in programs:
             self.eg.run_program(*self.eg.parse_program(program))
-        # each relation emptied once read: egglog matches only what is new, so a relation then
-        # holds only the rows found since (reading every row each round cost more than matching)
-        for relation, program in ((r, p) for r, _, p in programs):
-            columns = " ".join(f"c{k}" for k in range(_arity(program, relation)))
-            self.eg.run_program(*self.eg.parse_program(
-                f"(rule (({relation} {columns})) ((delete ({relation} {columns}))) :ruleset read)"))
         self.push, self.pop = self.eg.parse_program("(push)"), self.eg.parse_program("(pop)")
         self.current: EGraph | None = None  # the e-graph pushed now (one at a time)
 
 
 class EGraph:
-    """The egglog e-graph plus the Python tables its numbers refer to; with ``matching``, its
-    rules' sites are recorded by egglog (``view.rows``) and the e-graph is a push of
-    ``matching``'s until :meth:`close` (use it as a context manager), or until another e-graph of
-    ``matching`` is made."""
+    """The egglog e-graph plus the Python tables its numbers refer to: a push of ``matching``'s,
+    whose rules' sites egglog records (``view.rows``), until :meth:`close` (use it as a context
+    manager), or until another e-graph of ``matching`` is made."""
 
-    def __init__(self, matching: Matching | None = None):
-        self._matching = matching
-        self.closed = False
-        if matching is None:
-            self._eg = _schema_egraph()
-            self._relations: dict[str, int] = {}  # match relation -> how many of its columns are classes
-        else:
-            if matching.current is not None:
-                matching.current.close()
-            matching.current = self
-            self._eg = matching.eg
-            self._eg.run_program(*matching.push)
-            self._relations = matching.relations
+    def __init__(self, matching: Matching):
+        if matching.current is not None:
+            matching.current.close()
+        matching.current = self
+        self._matching, self.closed = matching, False
+        self._eg = matching.eg
+        self._eg.run_program(*matching.push)
+        self._relations = matching.relations  # match relation -> how many of its columns are classes
         self._run = self._eg.parse_program("(run 1)")  # the batch's Same facts become unions
         self.op_keys: list[tuple[str, tuple]] = []  # op key -> (op, sorted attribute pairs)
         self._op_key_of: dict[tuple[str, tuple], int] = {}
@@ -188,7 +165,7 @@ class EGraph:
 
     def close(self) -> None:
         """Give the e-graph back to its :class:`Matching` (as it was before this one)."""
-        if self._matching is not None and not self.closed:
+        if not self.closed:
             self._eg.run_program(*self._matching.pop)
             self._matching.current = None
         self.closed = True
@@ -206,10 +183,9 @@ class EGraph:
         if k is None:
             k = self._op_key_of[key] = len(self.op_keys)
             self.op_keys.append(key)
-            if self._matching is not None:  # the op patterns whose own attributes it fits
-                for number, pat in self._matching.fits_by_op.get(op, ()):
-                    if attributes_matched(pat, attrs, {}) is not None:
-                        self._pending.append(f"(Fits {number} {k})")
+            for number, pat in self._matching.fits_by_op.get(op, ()):  # the op patterns whose own attributes it fits
+                if attributes_matched(pat, attrs, {}) is not None:
+                    self._pending.append(f"(Fits {number} {k})")
         return k
 
     def _name(self, term: str, types: tuple) -> int:
@@ -251,8 +227,7 @@ class EGraph:
             for start in range(0, len(pending), COMMANDS_PER_PROGRAM):
                 self._eg.run_program(*self._eg.parse_program("\n".join(pending[start:start + COMMANDS_PER_PROGRAM])))
             self._eg.run_program(*self._run)
-            if self._relations:
-                self._eg.run_program(*self._match)
+            self._eg.run_program(*self._match)
             self.view = self._read()
         return self.view
 
@@ -300,6 +275,5 @@ class EGraph:
         for relation, n in self._relations.items():
             rows[relation] = [tuple(name_of[v] for v in inputs[:n]) + tuple(as_int(v) for v in inputs[n:])
                               for inputs in (r.inputs for r in functions[relation].rows)]
-        if self._relations:
-            eg.run_program(*self._read_done)
+        eg.run_program(*self._read_done)
         return EGraphView(classes, class_of, types, canonical, rows)

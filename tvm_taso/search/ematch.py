@@ -371,6 +371,9 @@ def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[Co
         sorts = ["T"] * (len(roots) + len(part_vars)) + ["i64"] * len(part_ops)
         lines = [f"(relation {RELATION} ({' '.join(sorts)}))"]
         lines += [f"(rule ({' '.join(facts)}) (({RELATION} {' '.join(columns)})) :ruleset match)" for facts in ways]
+        # emptied once read: egglog matches only what is new, so the relation then holds only
+        # the rows found since (reading every row each round cost more than matching)
+        lines.append(f"(rule (({RELATION} {' '.join(columns)})) ((delete ({RELATION} {' '.join(columns)}))) :ruleset read)")
         parts.append(Part(RELATION, tuple(roots), tuple(part_vars), tuple(part_ops)))
         programs.append("\n".join(lines))
     return CompiledRule(rule, tuple(variables), tuple(ops_in_order), tuple(parts)), programs
@@ -432,16 +435,17 @@ class Sites:
 
     def __init__(self, eg: EGraph, compiled: dict[int, CompiledRule]):
         self.eg, self.compiled = eg, compiled
-        self._rows: dict[str, list] = {}  # relation -> every row read so far (for JOIN)
         self._backlog: dict[int, list] = {key: [] for key, c in compiled.items() if len(c.parts) == 1}
         self._done: dict[int, set] = {key: set() for key, c in compiled.items() if len(c.parts) > 1}
+        # relation of a JOIN part -> every row read so far (the other relations' rows live in backlogs)
+        self._rows: dict[str, list] = {part.relation: [] for key in self._done for part in compiled[key].parts}
 
     def update(self, view: EGraphView) -> None:
         """Read a new snapshot: its new rows join the backlogs, renamed to the classes now."""
         self.view, self.shapes = view, Shapes(self.eg, view)
         self._attributed_now: dict = {}
-        for relation, rows in view.rows.items():
-            self._rows.setdefault(relation, []).extend(rows)
+        for relation, rows in self._rows.items():
+            rows.extend(view.rows.get(relation, ()))
         for key, backlog in self._backlog.items():
             backlog.extend(view.rows.get(self.compiled[key].parts[0].relation, ()))
 
