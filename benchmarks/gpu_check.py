@@ -317,7 +317,7 @@ def check_ort(args, deadline: float, save) -> list:
     """The ONNX benchmark models optimized for each onnxruntime target of ``args.ort`` and timed
     there against the original (see the module docstring); one row per model and provider."""
     import tvm_taso
-    from tvm_taso.cost.latency import bench_in_runtime
+    from tvm_taso.ort.bench import bench_in_runtime
     from tvm_taso.errors import TargetError
     from tvm_taso.target import resolve
 

@@ -158,10 +158,10 @@ def compare_outputs(original: Path, optimized: Path, seq: int = 8) -> tuple[floa
     import gc
 
     import numpy as np
-    import onnxruntime as ort
 
     import tvm_taso
     from tvm_taso.io.onnx_feeds import integer_ranges, random_feeds
+    from tvm_taso.ort.runtime import OrtRuntime
 
     model = tvm_taso.load_onnx(original, shapes={})
     dims = {k: (1 if v == 1 else seq) for k, v in model.dims.items()}
@@ -169,7 +169,7 @@ def compare_outputs(original: Path, optimized: Path, seq: int = 8) -> tuple[floa
     del model
     outputs = []
     for path in (original, optimized):
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        session = OrtRuntime("cpu").session(path)
         outputs.append([np.asarray(o, np.float64) for o in session.run(None, feeds)])
         del session
         gc.collect()

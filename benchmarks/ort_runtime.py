@@ -59,7 +59,7 @@ def time_side_by_side(original, optimized, rounds: int, min_repeat_ms: int) -> d
     """The original, the original again and the optimized model, timed alternating in one run."""
     from tvm_taso.io.onnx_feeds import integer_ranges, random_feeds
     from tvm_taso.cost.latency import side_by_side, speedup
-    from tvm_taso.ort import OrtRuntime, OrtSession
+    from tvm_taso.ort.runtime import OrtRuntime, OrtSession
 
     runtime = OrtRuntime("cpu")
     feeds = random_feeds(original, original.dims, integer_ranges(original))

@@ -22,8 +22,9 @@ For every model of :mod:`benchmarks.models`, in one run:
 
 Latencies are medians over rounds; speedups are medians of the per-round ratios, with their
 quartiles as the noise band. Writes ``results.json`` (all numbers), ``results.md`` (the table)
-and ``results.png`` (the chart) to ``--out``; ``--readme`` also rewrites README.md's Results
-section. ``--quick`` builds tiny models (seconds; run by the tests).
+and ``results.png`` (the chart) to ``--out``; ``--readme`` also rewrites the results section of
+``benchmarks/README.md`` and the summary table of ``README.md``. ``--quick`` builds tiny models
+(seconds; run by the tests).
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.cost.kernel_build import launched_kernels
 from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
 from tvm_taso.guard import verdict
-from tvm_taso.io.onnx_export import export_onnx
+from tvm_taso.io.onnx_export import relax_to_onnx
 from tvm_taso.io.onnx_import import import_relax
 from tvm_taso.numerics import TOLERANCE, relative_error
+from tvm_taso.ort.runtime import OrtRuntime, OrtSession
 from tvm_taso.runtime import inputs_for
 
 from . import models
@@ -75,7 +77,8 @@ PUBLISHED_SEARCH_SECONDS = {
     "squeezenet1.1": (16.4, 0.3),
     "vgg19": (8.9, 0.4),
 }
-README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"  # benchmarks/README.md
+SUMMARY_START, SUMMARY_END = "<!-- summary:start -->", "<!-- summary:end -->"  # README.md
 
 
 # -- one model ---------------------------------------------------------------------------------
@@ -127,35 +130,15 @@ class TunedGuard:
         return result
 
 
-class OrtModel:
-    """An onnxruntime session (all graph optimizations, one thread per core, no spinning) on
-    fixed feeds."""
-
-    def __init__(self, proto: onnx.ModelProto, inputs: list[np.ndarray], optimized: bool = True):
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = os.cpu_count() or 1
-        # a session's idle threads spin for a while after each run, taking the cores from
-        # whichever session runs next: measured, that skewed side-by-side ratios by up to 14%
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.graph_optimization_level = (
-            ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        )
-        self.sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        self.feeds = dict(zip(output_check.graph_input_names(proto, len(inputs)), inputs))
-
-    def run(self) -> list[np.ndarray]:
-        return self.sess.run(None, self.feeds)
-
-    def time_ms(self, min_repeat_ms: int = 100) -> float:
-        n, t0 = 0, time.perf_counter()
-        while True:
-            self.sess.run(None, self.feeds)
-            n += 1
-            elapsed = time.perf_counter() - t0
-            if elapsed * 1e3 >= min_repeat_ms:
-                return elapsed * 1e3 / n
+def ort_model(proto: onnx.ModelProto, inputs: list[np.ndarray], optimized: bool = True):
+    """``proto`` in an onnxruntime session on fixed feeds: all graph optimizations (none when not
+    ``optimized``), one thread per core, no spinning -- a session's idle threads spin for a
+    while after each run, taking the cores from whichever session runs next: measured, that
+    skewed side-by-side ratios by up to 14%."""
+    runtime = OrtRuntime("cpu", session_options={
+        "intra_op_num_threads": os.cpu_count() or 1, "session.intra_op.allow_spinning": 0,
+        "graph_optimization_level": "all" if optimized else "disable"})
+    return OrtSession(runtime, proto, dict(zip(output_check.graph_input_names(proto, len(inputs)), inputs)))
 
 
 def tvm_peer(mod, target, cost_name: str) -> tuple[object, dict]:
@@ -246,7 +229,7 @@ def bench_model(name: str, args) -> dict:
              row["cost_before_us"] / row["cost_after_us"] if row["cost_after_us"] else 1.0)
 
     peer_mod, row["peer"] = tvm_peer(mod, target, args.cost)
-    reference = OrtModel(proto, inputs, optimized=False).run()
+    reference = ort_model(proto, inputs, optimized=False).run()
     errors = {}
     if has_device:
         if tuned is None:
@@ -277,13 +260,13 @@ def bench_model(name: str, args) -> dict:
         row["tvm"] = None
         log.warning("%s: no %s device here; TVM latency not measured", name, target.kind.name)
 
-    exported = export_onnx(new)
+    exported = relax_to_onnx(new)
     onnx.checker.check_model(exported, full_check=True)
-    errors["ort_exported"] = relative_error(reference, OrtModel(exported, inputs, optimized=False).run())
+    errors["ort_exported"] = relative_error(reference, ort_model(exported, inputs, optimized=False).run())
     # the round trip alone (import, export, no rewrite) changes how onnxruntime runs a model; its
     # own column keeps that apart from what the rewrites buy
-    ort = {"original": OrtModel(proto, inputs), "round trip": OrtModel(export_onnx(mod), inputs),
-           "optimized": OrtModel(exported, inputs)}
+    ort = {"original": ort_model(proto, inputs), "round trip": ort_model(relax_to_onnx(mod), inputs),
+           "optimized": ort_model(exported, inputs)}
     samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in ort.items()},
                            args.ort_repeats or 3 * args.repeats, args.timing_limit)
     row["ort"] = speedup(samples["original"], samples["optimized"])
@@ -440,17 +423,53 @@ def chart(result: dict, path: Path) -> bool:
     return True
 
 
-def update_readme(result: dict, readme: Path, chart_path: Path | None) -> None:
-    """Replace the text between the results markers of ``readme`` with this run's table."""
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        raise SystemExit(f"{readme} has no {README_START} ... {README_END} section to rewrite")
-    body = [README_START, "", describe_run(result), "", markdown(result), ""]
+def update_readme(result: dict, page: Path, chart_path: Path | None) -> None:
+    """Replace the text between the results markers of ``page`` (``benchmarks/README.md``) with
+    this run's table."""
+    body = [describe_run(result), "", markdown(result), ""]
     if chart_path is not None:
-        body += [f"![benchmark chart]({chart_path.relative_to(readme.parent).as_posix()})", ""]
-    body.append(README_END)
-    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
-    readme.write_text(pattern.sub(lambda _: "\n".join(body), text, count=1))
+        body += [f"![benchmark chart]({os.path.relpath(chart_path, page.parent)})", ""]
+    _rewrite_between(page, README_START, README_END, body)
+
+
+def update_summary(result: dict, readme: Path) -> None:
+    """Replace the text between the summary markers of ``readme`` (the top-level README) with
+    this run's one-table summary (:func:`summary`)."""
+    _rewrite_between(readme, SUMMARY_START, SUMMARY_END, [summary(result), ""])
+
+
+def _rewrite_between(page: Path, start: str, end: str, body: list[str]) -> None:
+    text = page.read_text()
+    if start not in text or end not in text:
+        raise SystemExit(f"{page} has no {start} ... {end} section to rewrite")
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    page.write_text(pattern.sub(lambda _: "\n".join([start, "", *body, end]), text, count=1))
+
+
+def summary(result: dict) -> str:
+    """The README's table: per model what the search kept, its estimated speedup and the measured
+    ones, with the run's date, machine and target."""
+    s = result["settings"]
+    lines = [f"Measured {result['date']} on {result['machine']}, target {s['target']}, "
+             f"{'untuned kernels' if not s['tune_trials'] else str(s['tune_trials']) + ' MetaSchedule trials'}, "
+             f"guard {'on' if s['guard'] else 'off'} (`benchmarks/results/results.json`). *est.*: the cost model's "
+             "estimate for the search's graph (an estimate, not a timing); *TVM* and *onnxruntime*: medians of "
+             "per-round ratios, original over optimized, quartiles in brackets (an unchanged model is timed "
+             "against itself: its ratio is the noise).", "",
+             "| model | rewrites kept | est. speedup | TVM speedup (measured) | onnxruntime speedup, exported model (measured) |",
+             "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {r['error']} | | | |")
+            continue
+        search_after = r.get("search_cost_after_us", r["cost_after_us"])
+        est = f"{r['cost_before_us'] / search_after:.3f}" if search_after else "—"
+        reverted = (r.get("guard") or {}).get("reverted_rules")
+        kept = str(r["rules_applied"])
+        if r.get("unchanged"):
+            kept = f"none ({reverted} reverted by the guard)" if reverted else "none"
+        lines.append(f"| {r['model']} | {kept} | {est} | {_ratio(r['tvm'])} | {_ratio(r['ort'])} |")
+    return "\n".join(lines)
 
 
 def machine() -> str:
@@ -487,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep whatever the search chose, without the end-to-end timing check")
     ap.add_argument("--quick", action="store_true", help="tiny versions of the models (seconds each)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="where results go")
-    ap.add_argument("--readme", action="store_true", help="rewrite the Results section of README.md")
+    ap.add_argument("--readme", action="store_true",
+                    help="rewrite the results section of benchmarks/README.md and the summary table of README.md")
     ap.add_argument("--render", type=Path, metavar="RESULTS.json",
                     help="measure nothing: write the table and chart (and --readme) from an earlier run")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -532,13 +552,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(result: dict, out: Path, readme: bool) -> int:
-    """Write ``results.md`` and ``results.png`` to ``out`` (and README's section); print the
+    """Write ``results.md`` and ``results.png`` to ``out`` (and, with ``readme``, the results
+    section of ``benchmarks/README.md`` and the summary in ``README.md``); print the
     table. The exit status: 0 when every model ran and kept its outputs."""
     table = markdown(result)
     (out / "results.md").write_text(describe_run(result) + "\n\n" + table + "\n")
     has_chart = chart(result, out / "results.png")
     if readme:
-        update_readme(result, ROOT / "README.md", out / "results.png" if has_chart else None)
+        update_readme(result, ROOT / "benchmarks" / "README.md", out / "results.png" if has_chart else None)
+        update_summary(result, ROOT / "README.md")
     print(table)
     ok = all("error" not in r and r["check"]["ok"] for r in result["rows"])
     return 0 if ok else 1

@@ -10,19 +10,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # lowest first; a unit imports only from its own layer or those below
 LAYERS = [
-    {"errors", "files", "numerics", "progress", "target", "examples", "ort"},
+    {"errors", "files", "numerics", "progress", "target", "examples", "ort", "ort.runtime"},
     {"ir", "runtime"},  # runtime reads parameter shapes, symbolic sizes included, as the engine does
     {"io", "output_check"},  # the output check runs models through runtime and onnxruntime
     {"rewrite"},
     {"verify", "generate"},
-    {"cost"},
+    {"cost", "ort.pricing", "ort.bench"},
     {"search"},
-    {"guard"},
+    {"guard", "ort.guard"},
     {"driver"},
     {"passes", "rules"},
     {"cli"},
 ]
 RANK = {unit: k for k, layer in enumerate(LAYERS) for unit in layer}
+# packages whose modules sit on different layers (onnxruntime's: one home, each piece on the layer
+# of what it serves); each module is its own unit, ``package.module``
+SPLIT = {"ort"}
 MAX_POSITIONAL = 7
 # the axiom statements are data: one function per axiom, its tensors as parameters
 DATA_MODULES = {Path("tvm_taso/verify/axioms.py")}
@@ -42,7 +45,15 @@ def _unit(path: Path) -> str | None:
         return "passes"
     if len(parts) == 2:
         return None if parts[1] == "__init__.py" else parts[1][:-3]
+    if parts[1] in SPLIT:
+        return parts[1] if parts[2] == "__init__.py" else f"{parts[1]}.{parts[2][:-3]}"
     return parts[1]
+
+
+def _split_unit(module: str) -> str:
+    """The unit of the module ``tvm_taso.x[.y...]``: ``x``, or ``x.y`` in a split package."""
+    parts = module.split(".")
+    return f"{parts[1]}.{parts[2]}" if parts[1] in SPLIT and len(parts) > 2 else parts[1]
 
 
 def _imported_units(tree: ast.AST):
@@ -51,10 +62,12 @@ def _imported_units(tree: ast.AST):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module == "tvm_taso":
                 names = [a.name for a in node.names]
+            elif node.module.removeprefix("tvm_taso.") in SPLIT:  # from tvm_taso.ort import runtime
+                names = [f"{node.module.removeprefix('tvm_taso.')}.{a.name}" for a in node.names]
             elif node.module.startswith("tvm_taso."):
-                names = [node.module.split(".")[1]]
+                names = [_split_unit(node.module)]
         elif isinstance(node, ast.Import):
-            names = [a.name.split(".")[1] for a in node.names if a.name.startswith("tvm_taso.")]
+            names = [_split_unit(a.name) for a in node.names if a.name.startswith("tvm_taso.")]
         for name in names:
             yield name, node.lineno
 
@@ -207,3 +220,31 @@ def test_model_kinds_are_told_apart_in_one_place():
                 searching.append(f"{path}:{node.lineno}")
     assert branching == ["tvm_taso/driver/front_end.py"], branching
     assert not searching, searching
+
+
+def test_onnxruntime_is_used_from_one_package():
+    """Sessions, providers, timings in onnxruntime: ``tvm_taso/ort/`` alone imports onnxruntime
+    (the benchmarks too go through it). The one other import is the symbolic shape inference
+    onnxruntime ships among its tools, a shape library the ONNX reader uses, not the runtime."""
+    shape_inference = "onnxruntime.tools.symbolic_shape_infer"
+    found = []
+    for folder in ("tvm_taso", "passes", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.parent == ROOT / "tvm_taso" / "ort":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+                found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in names
+                          if name.split(".")[0] == "onnxruntime" and name != shape_inference]
+    assert not found, "\n".join(found)
+
+
+def test_every_package_is_installed():
+    """A non-editable install ships the packages ``pyproject.toml`` lists, no others: a folder of
+    the engine missing there would import here and fail after ``pip install .``."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "tvm_taso").rglob("__init__.py")}
+    assert found - listed == set(), sorted(found - listed)

@@ -14,7 +14,7 @@ from tvm import relax, topi
 from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_taso
-from tvm_taso.io.onnx_export import CONVERTERS, ExportError, export_onnx
+from tvm_taso.io.onnx_export import CONVERTERS, ExportError, relax_to_onnx
 from tvm_taso.numerics import relative_error
 from tvm_taso.runtime import run
 
@@ -182,7 +182,7 @@ def onnx_model(request):
 
 
 def test_imported_models_round_trip(onnx_model):
-    exported = export_onnx(import_onnx(onnx_model))
+    exported = relax_to_onnx(import_onnx(onnx_model))
     check_matches_onnx(onnx_model, exported)
     assert [o.name for o in exported.graph.output] == [f"output_{i}" for i in range(len(onnx_model.graph.output))]
     assert [i.name for i in exported.graph.input] == [i.name for i in onnx_model.graph.input]
@@ -193,7 +193,7 @@ def test_emit_te_pad_and_clip_become_onnx_ops():
     mod = import_onnx(model)
     calls = [b.value for b in mod["main"].body.blocks[0].bindings if isinstance(b.value, relax.Call)]
     assert sum(c.op.name == "relax.call_tir" for c in calls) >= 5  # 2 pads, 2 maximum, 1 minimum
-    op_types = [n.op_type for n in export_onnx(mod).graph.node]
+    op_types = [n.op_type for n in relax_to_onnx(mod).graph.node]
     assert op_types.count("Pad") == 2 and op_types.count("Max") >= 2 and "Min" in op_types
 
 
@@ -202,13 +202,13 @@ def test_emit_te_function_is_checked_not_its_name():
     y = relax.Var("y", relax.TensorType((2, 3), "float32"))
     mod = _function([x, y], lambda bb: bb.emit_te(topi.add, x, y, primfunc_name_hint="maximum"))
     with pytest.raises(ExportError, match=r"relax\.call_tir\(maximum\) at @main/lv: its TIR function is not"):
-        export_onnx(mod)
+        relax_to_onnx(mod)
 
 
 @pytest.mark.parametrize("name", ["resnet", "bert", "vit"])
 def test_weights_kept_as_params_become_initializers(name):
     model = ONNX_MODELS[name]()
-    exported = export_onnx(import_onnx(model, keep_params_in_input=True))
+    exported = relax_to_onnx(import_onnx(model, keep_params_in_input=True))
     check_matches_onnx(model, exported)
     assert [i.name for i in exported.graph.input] == [i.name for i in model.graph.input]
 
@@ -217,14 +217,14 @@ def test_optimized_modules_export(onnx_model):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", tvm_taso.TasoSkippedWarning)
         new, _ = tvm_taso.optimize(import_onnx(onnx_model), target="cuda")
-    check_matches_onnx(onnx_model, export_onnx(new))
+    check_matches_onnx(onnx_model, relax_to_onnx(new))
 
 
 def test_optimized_inception_exports_merged_conv():
     model = inception_block()
     new, report = tvm_taso.optimize(import_onnx(model), target="cuda")
     assert report["applied"], report
-    exported = export_onnx(new)
+    exported = relax_to_onnx(new)
     check_matches_onnx(model, exported)
     op_types = [n.op_type for n in exported.graph.node]
     assert op_types.count("Conv") < 3 and "Split" in op_types
@@ -343,7 +343,7 @@ def test_zoo_uses_every_converter(zoo):
 @pytest.mark.parametrize("opset", [17, 18, 20])
 def test_every_converter_matches_tvm(zoo, opset):
     mod, inputs, expected = zoo
-    exported = export_onnx(mod, opset=opset)
+    exported = relax_to_onnx(mod, opset=opset)
     onnx.checker.check_model(exported, full_check=True)
     got = ort_run(exported, {"x": inputs[0], "s": inputs[1]})
     assert len(got) == len(expected)
@@ -375,7 +375,7 @@ def test_tuple_outputs_constants_and_aliases():
         b = bb.emit(relax.op.multiply(a, relax.const(w.copy())))  # same content: one initializer
         return relax.Tuple([b, x, a, b, relax.const(w)])
 
-    exported = export_onnx(_function([x], body))
+    exported = relax_to_onnx(_function([x], body))
     onnx.checker.check_model(exported, full_check=True)
     assert len(exported.graph.initializer) == 1
     assert [o.name for o in exported.graph.output] == [f"output_{i}" for i in range(5)]
@@ -398,13 +398,13 @@ def test_plain_binding_blocks_and_match_cast():
     mod = bb.get()
     assert not isinstance(mod["main"].body.blocks[0], relax.DataflowBlock)
     feed = np.random.default_rng(0).standard_normal((2, 3)).astype("float32")
-    np.testing.assert_allclose(ort_run(export_onnx(mod), {"x": feed})[0], np.exp(feed).sum(1), rtol=1e-6)
+    np.testing.assert_allclose(ort_run(relax_to_onnx(mod), {"x": feed})[0], np.exp(feed).sum(1), rtol=1e-6)
 
 
 def test_writes_file_atomically(tmp_path):
     mod = import_onnx(resnet_block())
     path = tmp_path / "model.onnx"
-    model = export_onnx(mod, path)
+    model = relax_to_onnx(mod, path)
     assert onnx.load(path) == model
     assert os.listdir(tmp_path) == ["model.onnx"]
 
@@ -421,7 +421,7 @@ def test_unsupported_op_is_named_with_its_place(tmp_path):
         return bb.emit(relax.op.nn.conv3d(y, w))
 
     with pytest.raises(ExportError, match=r"^cannot export relax\.nn\.conv3d at @main/lv1: "):
-        export_onnx(_function([x], body), tmp_path / "m.onnx")
+        relax_to_onnx(_function([x], body), tmp_path / "m.onnx")
     assert os.listdir(tmp_path) == []
 
 
@@ -430,14 +430,14 @@ def test_unrecognized_tir_function_is_named():
     y = g.op("Pad", "x", g.w(value=np.array([0, 0, 1, 1, 0, 0, 1, 1], "int64")), mode="reflect")
     mod = import_onnx(g.model({"x": [1, 2, 4, 4]}, [y]))
     with pytest.raises(ExportError, match=r"cannot export relax\.call_tir\(mirror_pad\) at @main/"):
-        export_onnx(mod)
+        relax_to_onnx(mod)
 
 
 def test_symbolic_shapes_are_refused():
     n = tvm.tirx.Var("n", "int64")
     x = relax.Var("x", relax.TensorType((n, 4), "float32"))
     with pytest.raises(ExportError, match=r"parameter x: .*symbolic shape"):
-        export_onnx(_function([x], lambda bb: bb.emit(relax.op.nn.relu(x))))
+        relax_to_onnx(_function([x], lambda bb: bb.emit(relax.op.nn.relu(x))))
 
 
 def test_shapes_computed_from_kept_params_are_refused():
@@ -447,7 +447,7 @@ def test_shapes_computed_from_kept_params_are_refused():
     mod = import_onnx(g.model({"x": [2, 1]}, [y]), keep_params_in_input=True)
     message = r"vm\.builtin\.tensor_to_shape.* at @main/lv\d*: only calls to Relax operators"
     with pytest.raises(ExportError, match=message):
-        export_onnx(mod)
+        relax_to_onnx(mod)
 
 
 def test_layer_norm_without_affine_is_refused():
@@ -455,7 +455,7 @@ def test_layer_norm_without_affine_is_refused():
     c = relax.const(np.ones(8, "float32"))
     body = lambda bb: bb.emit(relax.op.nn.layer_norm(x, c, c, axes=[-1], scale=False))
     with pytest.raises(ExportError, match=r"relax\.nn\.layer_norm at @main/lv: scale=False or center=False"):
-        export_onnx(_function([x], body))
+        relax_to_onnx(_function([x], body))
 
 
 def test_training_batch_norm_is_refused():
@@ -465,12 +465,12 @@ def test_training_batch_norm_is_refused():
         return bb.emit(relax.TupleGetItem(bb.emit(relax.op.nn.batch_norm(x, c, c, c, c, axis=1, training=True)), 0))
 
     with pytest.raises(ExportError, match=r"relax\.nn\.batch_norm at @main/lv: training-mode"):
-        export_onnx(_function([x], body))
+        relax_to_onnx(_function([x], body))
 
 
 def test_bad_opset_and_function():
     mod = import_onnx(bert_layer())
     with pytest.raises(ValueError, match="opset 13"):
-        export_onnx(mod, opset=13)
+        relax_to_onnx(mod, opset=13)
     with pytest.raises(ExportError, match="no Relax function @encoder"):
-        export_onnx(mod, func="encoder")
+        relax_to_onnx(mod, func="encoder")

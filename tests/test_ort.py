@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import tvm_taso
-from tvm_taso import ort, target as targets
-from tvm_taso.cost import ort as ort_cost
+from tvm_taso import target as targets
+from tvm_taso.ort import pricing as ort_cost, runtime as ort
 from tvm_taso.cost.analytic import AnalyticCost
 from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.cost.model import Kernel, kernels
@@ -116,6 +116,32 @@ def test_a_kernel_as_an_onnx_model_has_its_weights_as_initializers():
     session = ort.OrtSession(ort.OrtRuntime(), proto, ort_cost.feeds_for(proto))
     (out,) = session.run()
     assert out.shape == (1, 8, 16, 16)
+
+
+def test_a_region_is_written_by_the_onnx_paths_own_emitters():
+    """A region is timed as the ONNX path would write it (its emitters, not Relax's exporter):
+    the user's ops, the weights as initializers, the values the original computes."""
+    model = tvm_taso.load_onnx(_conv_model(), name="conv")
+    graph = OnnxGraph(model).graph
+    proto = ort_cost.region_model(graph, opset=13)
+    assert [n.op_type for n in proto.graph.node] == ["Conv", "Add", "Relu"]  # the engine reads the bias as an add
+    assert proto.opset_import[0].version == 13
+    assert [i.name for i in proto.graph.input] == ["p0"] and len(proto.graph.initializer) == 2
+    feeds = ort_cost.feeds_for(model.proto)
+    (want,) = ort.REFERENCE.session(model.proto).run(None, feeds)
+    (got,) = ort.REFERENCE.session(proto).run(None, {"p0": feeds["x"]})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    session = ort_cost.region_session(ort.OrtRuntime(), graph)  # what the region guard times
+    assert session.run()[0].shape == (1, 8, 16, 16)
+
+
+def test_session_configuration_entries_are_session_options():
+    t = targets.resolve("ort:cpu,session.intra_op.allow_spinning=0,intra_op_num_threads=1")
+    assert t.runtime.session_options == {"session.intra_op.allow_spinning": 0, "intra_op_num_threads": 1}
+    assert t.runtime.provider_options == {}
+    t.runtime.check()
+    session = t.runtime.session(_conv_model())
+    assert session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
 def _conv_model():

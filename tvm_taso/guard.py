@@ -10,7 +10,8 @@ made elsewhere (the benchmark harness passes MetaSchedule-tuned ones).
 rewritten region is built and timed against the original region, and only the regions that
 measure faster are spliced in, so one rewrite that does not pay no longer costs the model every
 rewrite that does. The whole-module guard stays the last word. For an ``ort`` target
-(:mod:`tvm_taso.ort`) both regions are written as ONNX models and timed in onnxruntime instead.
+(:mod:`tvm_taso.ort`) both regions are written as ONNX models and timed in onnxruntime instead
+(:mod:`tvm_taso.ort.guard` holds the whole-model guard in onnxruntime).
 """
 
 from __future__ import annotations
@@ -84,24 +85,6 @@ def guard(before, after, target, repeats: int = 7) -> dict:
     return dict(worst, seconds=time.perf_counter() - t0, **extra)
 
 
-def guard_in_runtime(before, after, feeds: dict, runtime, repeats: int = 15) -> dict:
-    """The guard in onnxruntime: the ONNX models ``before`` and ``after`` loaded with ``runtime``
-    (an :class:`~tvm_taso.ort.OrtRuntime`) and timed side by side on ``feeds`` (inputs by
-    name), ``repeats`` rounds of at least 200 ms each; a model that does not load or run is not
-    faster."""
-    from tvm_taso.ort import OrtSession
-
-    t0 = time.perf_counter()
-    try:
-        builds = {"before": OrtSession(runtime, before, feeds), "after": OrtSession(runtime, after, feeds)}
-        result = compare_builds(builds, repeats, min_repeat_ms=200)
-    except Exception as err:  # noqa: BLE001 - a model that does not run is not faster
-        log.warning("guard: timing in onnxruntime failed (%s: %s); keeping the original", type(err).__name__, err)
-        return {"kept": False, "measured": False, "runtime": str(runtime),
-                "reason": f"timing failed: {type(err).__name__}: {err}".splitlines()[0]}
-    return dict(decide(result), runtime=str(runtime), seconds=time.perf_counter() - t0)
-
-
 class RegionGuard:
     """Decide region by region, from measurements, whether a rewrite is kept.
 
@@ -118,8 +101,8 @@ class RegionGuard:
     the kernel measurements (``db``: a path or a :class:`MeasurementDB`), keyed by the two
     regions' shape hashes: a repeated layer, or a second run, measures nothing new.
 
-    For an ``ort`` target (``runtime``: its :class:`~tvm_taso.ort.OrtRuntime`), each region is
-    written as a small ONNX model (:func:`~tvm_taso.cost.ort.region_model`: its weights initializers,
+    For an ``ort`` target (``runtime``: its :class:`~tvm_taso.ort.runtime.OrtRuntime`), each region is
+    written as a small ONNX model (:func:`~tvm_taso.ort.pricing.region_model`: its weights initializers,
     the model's ``opset``) and timed in onnxruntime with the runtime's provider and options,
     graph optimizations on; records are kept under the runtime's key.
     """
@@ -187,11 +170,9 @@ class RegionGuard:
     def _build(self, g: Graph):
         """The folded region ``g`` ready to time: compiled by TVM, or loaded in onnxruntime."""
         if self.runtime is not None:
-            from tvm_taso.cost.ort import feeds_for, region_model
-            from tvm_taso.ort import OrtSession
+            from tvm_taso.ort.pricing import region_session
 
-            proto = region_model(g, self.opset)
-            return OrtSession(self.runtime, proto, feeds_for(proto))
+            return region_session(self.runtime, g, self.opset)
         mod, refs = graph_module(g)
         return CompiledModule(mod, self.target, random_inputs([g.type_of(r) for r in refs]))
 

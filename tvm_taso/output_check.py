@@ -4,14 +4,13 @@ and its optimized form run on the same random inputs, every output compared by n
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 
 import numpy as np
 
 from tvm_taso.errors import InputError, first_line
 from tvm_taso.io.onnx_feeds import integer_ranges, random_feeds
 from tvm_taso.numerics import TOLERANCE, array_relative_error, tolerance
+from tvm_taso.ort import runtime as ort
 
 
 class CheckFailed(RuntimeError):
@@ -35,17 +34,15 @@ def check_onnx(original, optimized, seed: int = 0) -> dict:
     Raises :class:`InputError` when onnxruntime is missing or rejects the *original* model,
     :class:`CheckFailed` when it rejects the optimized one.
     """
+    if not ort.installed():
+        raise InputError("--check runs both models in onnxruntime: pip install onnxruntime")
     try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        raise InputError("--check runs both models in onnxruntime: pip install onnxruntime") from None
-    try:
-        before = _session(original.proto)
+        before = ort.REFERENCE.session(original.proto)
     except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types
         raise InputError(f"{original.name}: onnxruntime cannot load the original model ({first_line(err)}); "
                          "--check needs a model onnxruntime runs") from None
     try:
-        after = _session(optimized.proto)
+        after = ort.REFERENCE.session(optimized.proto)
     except Exception as err:  # noqa: BLE001
         raise CheckFailed(f"--check: onnxruntime cannot load the optimized model ({first_line(err)}); "
                           "nothing written") from None
@@ -206,21 +203,6 @@ def check_line(result: dict) -> str:
     errors = ", ".join(f"{err:.2e} ({dtype})" for dtype, err in sorted(result["max_relative_error_by_dtype"].items()))
     skipped = "; skipped: " + "; ".join(result["skipped"]) if result["skipped"] else ""
     return f"max relative error {errors or 'none (no outputs)'} via {result['runtime']} (ok{skipped})"
-
-
-def _session(proto):
-    import onnxruntime as ort
-
-    from tvm_taso.io.onnx_model import OnnxModel, is_large
-
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if not is_large(proto):
-        return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    with tempfile.TemporaryDirectory(prefix="tvm-taso-check-") as tmp:  # over 2 GB: external data
-        path = os.path.join(tmp, "model.onnx")
-        OnnxModel(proto, "", {}).save(path)
-        return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
 def graph_input_names(proto, count: int) -> list[str]:

@@ -7,7 +7,7 @@ a JSON string or dict (``{"kind": "llvm", "num-cores": 2}``), a :class:`tvm.targ
 are tvm-taso's own annotations (e.g. the MetaSchedule database a measurement used) and are
 dropped before TVM sees the target.
 
-``"ort[:provider][,key=value...]"`` (or a :class:`tvm_taso.ort.OrtRuntime`) names onnxruntime
+``"ort[:provider][,key=value...]"`` (or a :class:`tvm_taso.ort.runtime.OrtRuntime`) names onnxruntime
 instead, for ONNX models: the :class:`Target` then carries the runtime, and its TVM target is
 the one whose analytic model stands in for the provider's kernels (``llvm`` for the CPU).
 """
@@ -36,7 +36,7 @@ def _accepted() -> str:
 class Target:
     """A target parsed once (:func:`resolve`): TVM's object, how the user spelled it, and the
     facts tvm-taso asks of it, each worked out once. Every function of this module takes one.
-    ``runtime`` is the :class:`~tvm_taso.ort.OrtRuntime` an ``ort`` target names (None for TVM)."""
+    ``runtime`` is the :class:`~tvm_taso.ort.runtime.OrtRuntime` an ``ort`` target names (None for TVM)."""
 
     def __init__(self, tvm_target, given=None, runtime=None):
         self.tvm = tvm_target
@@ -73,8 +73,8 @@ def resolve(target=None) -> Target:
 
 
 def _runtime(target):
-    """The :class:`~tvm_taso.ort.OrtRuntime` ``target`` names, or None for a TVM target."""
-    from tvm_taso import ort
+    """The :class:`~tvm_taso.ort.runtime.OrtRuntime` ``target`` names, or None for a TVM target."""
+    from tvm_taso.ort import runtime as ort
 
     if isinstance(target, ort.OrtRuntime):
         return target

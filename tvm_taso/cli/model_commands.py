@@ -531,9 +531,9 @@ def cmd_bench(args) -> int:
 
 def _bench_in_runtime(args) -> int:
     """``bench --runtime``: the model optimized for onnxruntime, then the original and the result
-    timed side by side there (:func:`tvm_taso.cost.latency.bench_in_runtime`)."""
+    timed side by side there (:func:`tvm_taso.ort.bench.bench_in_runtime`)."""
     import tvm_taso
-    from tvm_taso.cost.latency import bench_in_runtime
+    from tvm_taso.ort.bench import bench_in_runtime
 
     options = _check_options(args)
     runtime = _target(args.runtime, runtime_ok=True)

@@ -26,7 +26,7 @@ def make_cost_model(cost_model, target, rpc=None) -> CostModel:
       ``"host:port,host:port"`` for servers), reached before it is returned
       (:class:`~tvm_taso.cost.rpc.RPCUnavailable`, one line, when they cannot be); ``rpc`` given
       with ``"auto"`` means ``"rpc"``;
-    * ``"ort"``: :class:`~tvm_taso.cost.ort.OrtCost` (each kernel timed in onnxruntime), for an
+    * ``"ort"``: :class:`~tvm_taso.ort.pricing.OrtCost` (each kernel timed in onnxruntime), for an
       ``ort`` target only (:mod:`tvm_taso.ort`); ``measure`` and ``learned`` price TVM's kernels,
       so an ``ort`` target refuses them;
     * ``"auto"`` / None: ``ort`` for an ``ort`` target; else measure when the target is CUDA and this machine has a GPU, else the
@@ -54,7 +54,7 @@ def make_cost_model(cost_model, target, rpc=None) -> CostModel:
         if runtime is None:
             raise ValueError(f"cost model 'ort' times kernels in onnxruntime: give an ort target "
                              f"(e.g. target='ort'), not {target}")
-        from tvm_taso.cost.ort import OrtCost
+        from tvm_taso.ort.pricing import OrtCost
 
         return OrtCost(runtime)
     if runtime is not None and cost_model in ("measure", "learned"):

@@ -53,13 +53,13 @@ def kernel_module(kernel: Kernel):
                 )
                 values.append(_emit_op(bb, op, args, dict(attrs)))
                 types.append(list(otypes))
-            results = _select_outputs(kernel, values, types, consumed)
+            results = select_outputs(kernel, values, types, consumed)
             out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
         bb.emit_func_output(out)
     return _main_module(bb)
 
 
-def _select_outputs(kernel, values, types, consumed) -> list:
+def select_outputs(kernel, values, types, consumed) -> list:
     """Match ``kernel.outputs`` (types only) to op outputs: every output no op of the kernel
     reads must be one; the rest are read inside and outside, taken in order by type."""
     wanted = list(kernel.outputs)

@@ -147,9 +147,10 @@ def guard_onnx(before: OnnxModel, after: OnnxModel, target, repeats: int) -> dic
     """The guard (:func:`tvm_taso.guard.guard`) on both models imported through TVM at the priced
     sizes; a model TVM's importer cannot take keeps the rewrite unmeasured, and says why. For an
     ``ort`` target both models are timed in onnxruntime instead
-    (:func:`tvm_taso.guard.guard_in_runtime`), on random inputs at the priced sizes."""
+    (:func:`tvm_taso.ort.guard.guard_in_runtime`), on random inputs at the priced sizes."""
     from tvm_taso import target as targets
-    from tvm_taso.guard import guard, guard_in_runtime
+    from tvm_taso.guard import guard
+    from tvm_taso.ort.guard import guard_in_runtime
     from tvm_taso.io.onnx_import import import_relax
 
     runtime = targets.resolve(target).runtime

@@ -1,4 +1,4 @@
-"""Relax → ONNX: ``export_onnx(mod)`` writes one Relax function as an ONNX model.
+"""Relax → ONNX: ``relax_to_onnx(mod)`` writes one Relax function as an ONNX model.
 
 The exporter walks the function's binding blocks (dataflow or not) in order. Parameters become
 graph inputs with their static shapes and dtypes (weights kept as parameters by
@@ -600,7 +600,7 @@ def _flatten(names) -> list[str]:
     return [names] if isinstance(names, str) else [n for x in names for n in _flatten(x)]
 
 
-def export_onnx(mod, path=None, opset: int = MIN_OPSET, func: str = "main") -> onnx.ModelProto:
+def relax_to_onnx(mod, path=None, opset: int = MIN_OPSET, func: str = "main") -> onnx.ModelProto:
     """The Relax function ``func`` of ``mod`` as an ONNX model; also written to ``path`` if given.
 
     Raises :class:`ExportError` when a binding has no ONNX equivalent or a shape is symbolic.

@@ -244,7 +244,7 @@ def export_onnx(model, path=None, **relax_options):
 
     An :class:`OnnxModel` (what :func:`tvm_taso.optimize` returns for one) is written as it is,
     with external data when it is over 2 GB. A Relax ``IRModule`` goes through the Relax -> ONNX
-    exporter (:func:`tvm_taso.io.onnx_export.export_onnx`, which takes ``relax_options``).
+    exporter (:func:`tvm_taso.io.onnx_export.relax_to_onnx`, which takes ``relax_options``).
     """
     if isinstance(model, OnnxModel):
         if path is not None:
@@ -252,7 +252,7 @@ def export_onnx(model, path=None, **relax_options):
         return model.proto
     from tvm_taso.io import onnx_export
 
-    return onnx_export.export_onnx(model, path, **relax_options)
+    return onnx_export.relax_to_onnx(model, path, **relax_options)
 
 
 def simplified(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:

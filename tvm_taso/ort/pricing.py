@@ -1,12 +1,13 @@
 """The ``ort`` cost model: each fused kernel written as a small ONNX model and timed in onnxruntime;
-and the small ONNX models themselves (:func:`kernel_model`, :func:`region_model`), which the
-region guard times too.
+and the small ONNX models themselves (:func:`kernel_model`, :func:`region_model`; the region
+guard times the latter), written by the ONNX path's own emitters
+(:mod:`tvm_taso.io.onnx_graph`), so that what is timed is what a rewrite would write.
 
 :class:`OrtMeasurer` is a measurer for :class:`~tvm_taso.cost.measure.MeasuredCost` (called like
 :func:`~tvm_taso.cost.measure.measure_kernel`): the kernel becomes an ONNX model
 (:func:`kernel_model`, weights as initializers), loaded in a session with the
 runtime's provider and options, warmed up and timed. Its records go to the measurement database
-under the runtime's key (:attr:`tvm_taso.ort.OrtRuntime.key`: runtime, version, provider,
+under the runtime's key (:attr:`tvm_taso.ort.runtime.OrtRuntime.key`: runtime, version, provider,
 options, device), so a second run measures nothing new. :class:`OrtCost` is the cost model: the
 measured model with that measurer, falling back to the analytic model of the provider's proxy
 target (scaled to the measured times) past its budget or for a kernel with no ONNX form.
@@ -23,7 +24,12 @@ from tvm_taso.cost.kernel_build import MeasureError
 from tvm_taso.cost.measure import MeasuredCost
 from tvm_taso.cost.model import Kernel
 from tvm_taso.cost.worker import short_error
-from tvm_taso.ort import OrtRuntime, OrtSession
+from tvm_taso.io.onnx_opset import LAYER_NORMALIZATION_OP_SINCE
+from tvm_taso.ort.runtime import OrtRuntime, OrtSession
+
+# written for the user's opset where known (a region); a kernel for the lowest opset in which
+# every op of the table but gelu is one ONNX op
+OPSET = LAYER_NORMALIZATION_OP_SINCE
 
 
 class OrtMeasurer:
@@ -86,45 +92,57 @@ def feeds_for(proto, seed: int = 0) -> dict[str, np.ndarray]:
     return dict(zip((i.name for i in inputs), random_inputs(types, seed)))
 
 
-def _with_initializers(proto, values: dict[int, np.ndarray]):
-    """``proto`` with its ``k``-th graph input made an initializer holding ``values[k]`` (a
-    weight onnxruntime may pre-pack or fold, as it does in the user's model)."""
-    from onnx import numpy_helper
-
-    inputs = list(proto.graph.input)
-    del proto.graph.input[:]
-    for k, inp in enumerate(inputs):
-        if k in values:
-            proto.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(values[k]), inp.name))
-        else:
-            proto.graph.input.append(inp)
-    return proto
-
-
 def region_model(g, opset: int | None = None):
     """A search graph, weights folded (:func:`~tvm_taso.ir.graph.fold_constants`), as an ONNX
-    model: its constants are initializers, every other leaf (and an opaque node's output, the
-    same call before and after a rewrite) a graph input. Raises
-    :class:`~tvm_taso.cost.kernel_build.MeasureError` or
-    :class:`~tvm_taso.io.onnx_export.ExportError` for a graph that has no such form."""
-    from tvm_taso.cost.kernel_build import graph_module
-    from tvm_taso.io.onnx_export import MIN_OPSET, export_onnx
+    model (:func:`~tvm_taso.io.onnx_graph.graph_model`, written for ``opset``): its constants
+    initializers, every other leaf (and an opaque node's output, the same call before and after
+    a rewrite) a graph input. Raises :class:`~tvm_taso.ir.ops.OpError` for a graph the ONNX
+    path could not write."""
+    from tvm_taso.io.onnx_graph import graph_model
 
-    mod, refs = graph_module(g)
-    proto = export_onnx(mod, opset=max(opset or MIN_OPSET, MIN_OPSET))
-    weights = {k: g.nodes[ref[0]].payload[0] for k, ref in enumerate(refs) if g.nodes[ref[0]].op == "const"}
-    return _with_initializers(proto, weights)
+    return graph_model(g, opset or OPSET)
+
+
+def region_session(runtime: OrtRuntime, g, opset: int | None = None) -> OrtSession:
+    """The folded region ``g`` (:func:`region_model`) loaded by ``runtime`` with random inputs:
+    what the region guard times for an ``ort`` target."""
+    proto = region_model(g, opset)
+    return OrtSession(runtime, proto, feeds_for(proto))
 
 
 def kernel_model(kernel, seed: int = 0):
     """A fused kernel (:class:`~tvm_taso.cost.model.Kernel`) as an ONNX model, its operands of a
     weight's role (:func:`weight_operands`) initializers of random values, the others inputs."""
-    from tvm_taso.cost.kernel_build import kernel_inputs, kernel_module
-    from tvm_taso.io.onnx_export import export_onnx
+    from tvm_taso.cost.kernel_build import kernel_inputs, select_outputs
+    from tvm_taso.io.onnx_graph import ModelWriter
+    from tvm_taso.io.onnx_ops import emit
+    from tvm_taso.ir import ops
+    from tvm_taso.ir.graph import Node
 
-    proto = export_onnx(kernel_module(kernel))
-    arrays = kernel_inputs(kernel, seed)
-    return _with_initializers(proto, {k: arrays[k] for k in weight_operands(kernel)})
+    arrays, weights = kernel_inputs(kernel, seed), weight_operands(kernel)
+    types: dict = {}  # ref -> type: ("in", k) for the k-th external operand, (op, output) inside
+    w = ModelWriter(OPSET, types.__getitem__)
+    values: list[list[tuple]] = []  # per op: its outputs' (name, type)
+    external = 0
+    for op, attrs, operands in kernel.ops:
+        refs, names = [], []
+        for o in operands:
+            if o[0] == "in":
+                ref = ("in", external)
+                types[ref] = o[1]
+                names.append(w.input(f"p{external}", o[1], arrays[external] if external in weights else None))
+                external += 1
+            else:
+                ref = (o[1], o[2])
+                names.append(values[o[1]][o[2]][0])
+            refs.append(ref)
+        out_types = tuple(ops.OPS[op].infer([types[r] for r in refs], dict(attrs)))
+        outs = [w.fresh(op) for _ in out_types]
+        emit(w, Node(op, tuple(refs), tuple(dict(attrs).items()), out_types), names, outs)
+        types.update({(len(values), i): t for i, t in enumerate(out_types)})
+        values.append(list(zip(outs, out_types)))
+    consumed = {(o[1], o[2]) for _, _, operands in kernel.ops for o in operands if o[0] == "op"}
+    return w.model(select_outputs(kernel, values, [[t for _, t in v] for v in values], consumed))
 
 
 def weight_operands(kernel) -> set[int]:

@@ -4,19 +4,21 @@ The ONNX workflow writes a model that runs in onnxruntime (or TensorRT through i
 kernels, fusions and layouts are not TVM's. An :class:`OrtRuntime` names an execution provider
 as onnxruntime does (``cpu``, ``cuda``, ``tensorrt``, ... or the full ``CUDAExecutionProvider``),
 the provider's options and the session's (``intra_op_num_threads=2``: any attribute of
-``onnxruntime.SessionOptions``; every other key is the provider's). Sessions run with
+``onnxruntime.SessionOptions``, or a session configuration entry such as
+``session.intra_op.allow_spinning=0``; every other key is the provider's). Sessions run with
 onnxruntime's graph optimizations on, as a user's do, so a rewrite that breaks one of its
 fusions measures slower.
 
 :class:`OrtSession` is one model loaded in a session with inputs to run it, timed like
 :class:`~tvm_taso.cost.latency.CompiledModule` (and compared with
-:func:`~tvm_taso.cost.latency.compare_builds`). :mod:`tvm_taso.cost.ort` writes search graphs
-and fused kernels as small ONNX models and times them with these.
+:func:`~tvm_taso.cost.latency.compare_builds`). :mod:`.pricing` writes search graphs and fused
+kernels as small ONNX models and times them with these.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import logging
 import os
@@ -108,7 +110,8 @@ class OrtRuntime:
             key, sep, value = pair.partition("=")
             if not sep or not key:
                 raise TargetError(f"target {text!r}: {pair!r} is not key=value")
-            (session_options if key in session_keys else provider_options)[key] = _value(value)
+            is_session = key in session_keys or _is_config_entry(key)
+            (session_options if is_session else provider_options)[key] = _value(value)
         return OrtRuntime(provider, provider_options, session_options)
 
     @property
@@ -147,13 +150,17 @@ class OrtRuntime:
                json.dumps(self.session_options, sort_keys=True))
 
     def session(self, proto):
-        """``proto`` (an ``onnx.ModelProto``) loaded in an ``InferenceSession`` with this provider
-        and options, graph optimizations on unless the session options say otherwise."""
+        """``proto`` (an ``onnx.ModelProto``, or a model file's path: a large model read where it
+        lies) loaded in an ``InferenceSession`` with this provider and options, graph
+        optimizations on unless the session options say otherwise."""
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
         opts.log_severity_level = 3  # its warnings about unused initializers are not the user's
         for name, value in self.session_options.items():
+            if _is_config_entry(name):
+                opts.add_session_config_entry(name, str(value))
+                continue
             if name == "graph_optimization_level" and isinstance(value, str):
                 value = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION.get(value, value))
             elif name == "execution_mode" and isinstance(value, str):
@@ -163,6 +170,8 @@ class OrtRuntime:
                 value = bool(value)
             setattr(opts, name, value)
         providers = [(self.provider, {k: str(v) for k, v in self.provider_options.items()})]
+        if isinstance(proto, (str, os.PathLike)):
+            return ort.InferenceSession(os.fspath(proto), opts, providers=providers)
         if _weight_bytes(proto) < LARGE:
             return ort.InferenceSession(proto.SerializeToString(), opts, providers=providers)
         import onnx
@@ -173,6 +182,16 @@ class OrtRuntime:
             return ort.InferenceSession(path, opts, providers=providers)
 
 
+# the reference executor (the output check): the CPU provider with graph optimizations off, so that
+# onnxruntime computes each node as written
+REFERENCE = OrtRuntime("cpu", session_options={"graph_optimization_level": "disable"})
+
+
+def installed() -> bool:
+    """Whether onnxruntime is installed here."""
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
 LARGE = 1 << 30  # weights from which a model is handed to onnxruntime as a file with external data
 
 
@@ -181,6 +200,12 @@ def _weight_bytes(proto) -> int:
 
 
 @functools.cache
+def _is_config_entry(key: str) -> bool:
+    """Whether ``key`` is one of onnxruntime's session configuration entries (dotted names such as
+    ``session.intra_op.allow_spinning``), set with ``add_session_config_entry``."""
+    return key.startswith("session.")
+
+
 def _session_option_names() -> frozenset:
     try:
         import onnxruntime as ort
@@ -231,6 +256,8 @@ def _check_session_options(options: dict) -> None:
     names = {"graph_optimization_level": GRAPH_OPTIMIZATION,
              "execution_mode": {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}}
     for name, value in options.items():
+        if _is_config_entry(name):
+            continue  # onnxruntime checks its own entries when the session is made
         kind = type(getattr(defaults, name))
         if name in names:
             if str(value) not in set(names[name]) | set(names[name].values()):
