@@ -33,7 +33,7 @@
    ignoring models): what within-distribution accuracy looks like.
 
 Results: a Markdown table on stdout, the whole report as JSON (``--json``, default
-``benchmarks/results/learned_accuracy.json``); the defaults made the table in the README. To train and save the model that
+``benchmarks/results/learned_accuracy.json``); the defaults made the table in tvm_taso/README.md (Cost models). To train and save the model that
 ``cost_model="auto"`` uses from these measurements: ``tvm-taso cost train``.
 """
 

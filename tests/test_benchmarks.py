@@ -117,7 +117,7 @@ def test_readme_section_is_rewritten(tmp_path):
 
 
 def test_the_zoo_pages_are_what_the_results_file_renders(tmp_path):
-    """``zoo.md`` and the README's per-model zoo table come from ``zoo.json``
+    """``zoo.md`` and the per-model zoo table of ``benchmarks/README.md`` come from ``zoo.json``
     (``python -m benchmarks.zoo --render``): a figure cannot drift from its file."""
     from benchmarks import zoo
 
@@ -126,4 +126,19 @@ def test_the_zoo_pages_are_what_the_results_file_renders(tmp_path):
     rendered = page.read_text()
     assert rendered == (zoo.RESULTS.parent / "zoo.md").read_text()
     per_model = rendered.split("## Per model\n\n", 1)[1].split("\n\n## Every row", 1)[0]
-    assert per_model in (Path(__file__).parent.parent / "README.md").read_text()
+    assert per_model in (Path(__file__).parent.parent / "benchmarks" / "README.md").read_text()
+
+
+def test_the_results_pages_are_what_the_results_file_renders(tmp_path):
+    """The README's summary table and the results section of ``benchmarks/README.md`` are what
+    ``results.json`` renders (``python -m benchmarks.run --render ... --readme``)."""
+    root = Path(__file__).parent.parent
+    result = json.loads((root / "benchmarks" / "results" / "results.json").read_text())
+    for page, render in ((root / "README.md", lambda p: run.update_summary(result, p)),
+                         (root / "benchmarks" / "README.md",
+                          lambda p: run.update_readme(result, p, p.parent / "results" / "results.png"))):
+        copy = tmp_path / page.relative_to(root)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(page.read_text())
+        render(copy)
+        assert copy.read_text() == page.read_text(), f"{page.relative_to(root)} differs from what results.json renders"

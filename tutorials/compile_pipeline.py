@@ -71,5 +71,5 @@ print(f"speedup default/taso: {median['default'] / median['taso']:.2f}x")
 
 ######################################################################
 # Untuned LLVM kernels are slow and their relative speed says little about a tuned build; the
-# analytic cost model prices for the target you name (``cuda`` for a GPU). See the README for
+# analytic cost model prices for the target you name (``cuda`` for a GPU). See benchmarks/README.md for
 # measured numbers.
