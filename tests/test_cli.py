@@ -249,3 +249,20 @@ def test_the_target_is_parsed_once_per_command(tmp_path, monkeypatch, spelling):
     assert main(["optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--target", spelling,
                  "--time-limit", "10"]) == 0
     assert parsed == [spelling]
+
+
+def test_the_cli_reference_is_what_the_parser_renders():
+    """``tutorials/cli.md`` is generated from the parser (``python -m tvm_taso.cli.reference
+    tutorials/cli.md``): an option added, renamed or redocumented without regenerating it fails
+    here. Every command and subcommand has its section."""
+    from pathlib import Path
+
+    from tvm_taso.cli import reference
+    from tvm_taso.cli.main import build_parser
+
+    page = Path(__file__).resolve().parent.parent / "tutorials" / "cli.md"
+    rendered = reference.render()
+    assert page.read_text() == rendered, "tutorials/cli.md is stale: python -m tvm_taso.cli.reference tutorials/cli.md"
+    for words, _ in reference._commands(build_parser()):
+        assert f"## `{' '.join(('tvm-taso',) + words)}`" in rendered
+    assert "--max-weight-growth" in rendered and "tvm-taso rules verify" in rendered
