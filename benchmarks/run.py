@@ -91,15 +91,14 @@ def relax_ops(mod) -> int:
 
 
 def tuned_pipeline(mod, target, trials: int, work_dir: Path):
-    """Tune ``mod``'s fused kernels with ``trials`` MetaSchedule trials in ``work_dir``; the
-    target's pipeline with the tuned schedules applied."""
-    from tvm.s_tir import meta_schedule as ms
+    """Tune ``mod``'s kernels with ``trials`` MetaSchedule trials in ``work_dir``
+    (:func:`tvm_taso.cost.tuning.tune`: split by share of the work); the target's pipeline
+    with the tuned schedules applied."""
+    from tvm_taso.cost.kernel_build import build_pipeline
+    from tvm_taso.cost.tuning import tune
 
-    from tvm_taso.cost.kernel_build import build_pipeline, fused_module
-
-    work_dir.mkdir(parents=True, exist_ok=True)
-    ms.relax_integration.tune_relax(fused_module(mod, target), {}, target, str(work_dir), max_trials_global=trials)
-    return build_pipeline(target, database=work_dir)
+    tune(mod, target, work_dir, trials)
+    return build_pipeline(targets.with_cores(target), database=work_dir)
 
 
 class TunedGuard:
@@ -110,7 +109,7 @@ class TunedGuard:
     __name__ = "tuned"
 
     def __init__(self, target, inputs, trials: int, repeats: int, min_repeat_ms: int, work_dir: Path):
-        self.target, self.inputs, self.trials = target, inputs, trials
+        self.target, self.inputs, self.trials = targets.with_cores(target), inputs, trials  # as tuned
         self.repeats, self.min_repeat_ms, self.work_dir = repeats, min_repeat_ms, work_dir
         self.built: dict[str, CompiledModule] = {}
         self.tune_seconds = 0.0

@@ -3,8 +3,10 @@
 (:func:`tvm_taso.optimize`), then ``tvm.compile``, and runs on the inputs' device.
 
 Options (``torch.compile(..., options={...})`` or :class:`TasoBackend`'s keywords): ``target``
-(default: ``llvm`` for CPU tensors, ``cuda`` for CUDA ones), and any keyword of
-:func:`tvm_taso.optimize` (``search``, ``cost_model``, ``time_limit``, ``budget``, ...).
+(default: ``llvm`` for CPU tensors, ``cuda`` for CUDA ones), ``database`` (a MetaSchedule work
+dir, ``tvm-taso tune``: its tuned kernels are applied when building; without one, a CPU build is
+said once to run untuned kernels), and any keyword of :func:`tvm_taso.optimize` (``search``,
+``cost_model``, ``time_limit``, ``budget``, ...).
 
 The backend compiles for inference: the weights are baked into the compiled graph as constants
 (the search merges and folds them); one changed in place afterwards (its version counter moves)
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import warnings
 
@@ -49,7 +52,7 @@ class TasoBackend:
     """A ``torch.compile`` backend with its options; ``reports`` holds :func:`tvm_taso.optimize`'s
     report of each graph compiled, ``fallbacks`` the reason for each graph left to eager."""
 
-    def __init__(self, target=None, **optimize_options):
+    def __init__(self, target=None, database=None, **optimize_options):
         import inspect
 
         from tvm_taso import target as targets
@@ -65,6 +68,10 @@ class TasoBackend:
         # a value out of range, or a setting given twice: one line
         SearchOptions.from_keywords(optimize_options.get("options"), **{k: optimize_options[k] for k in searched})
         self.target = targets.resolve(target) if target is not None else None
+        self.database = str(database) if database is not None else None
+        if self.database is not None and not os.path.isfile(os.path.join(self.database, "database_workload.json")):
+            raise ValueError(f"tvm_taso backend: database {database}: not a MetaSchedule database "
+                             "(no database_workload.json); make one with `tvm-taso tune MODEL -o DIR`")
         self.optimize_options = optimize_options
         self.reports: list[dict] = []
         self.fallbacks: list[str] = []
@@ -126,7 +133,6 @@ class TasoBackend:
         from tvm_taso import target as targets
         from tvm_taso.driver import TasoSkippedWarning, optimize
         from tvm_taso.io.torch_import import import_program
-        from tvm_taso.passes.pipeline import build_pipeline
 
         state, sizes = placeholders
         positions = [k for k in range(len(args)) if k not in state and k not in sizes]
@@ -143,7 +149,7 @@ class TasoBackend:
         self.reports.append(report)
         log.info("tvm_taso backend: cost %.2f -> %.2f us, applied %s", report["cost_before"],
                  report["cost_after"], report["applied"])
-        ex = tvm.compile(new_mod, target=target.tvm, relax_pipeline=build_pipeline(target))
+        ex = self._build(new_mod, target)
         dev = tvm.cuda(device.index or 0) if device.type == "cuda" else tvm.cpu(0)
         vm = relax.VirtualMachine(ex, dev)
         out_spec = program.call_spec.out_spec
@@ -161,6 +167,23 @@ class TasoBackend:
             return torch.utils._pytree.tree_unflatten(flat, out_spec)
 
         return run
+
+
+    def _build(self, mod, target):
+        """``tvm.compile`` for ``target``, with the database's tuned kernels when there is one."""
+        import tvm
+        from tvm_taso import target as targets
+        from tvm_taso.cost.kernel_build import build_pipeline as tuned_pipeline
+        from tvm_taso.passes.pipeline import build_pipeline
+
+        if self.database is not None:
+            tuned_target = targets.with_cores(target)  # the target the database was tuned for
+            return tvm.compile(mod, target=tuned_target, relax_pipeline=tuned_pipeline(tuned_target, self.database))
+        if not targets.is_gpu(target):
+            from tvm_taso.cost.tuning import untuned_notice
+
+            untuned_notice("`tvm-taso tune MODEL -o DB`, then torch.compile(..., options={'database': DB})")
+        return tvm.compile(mod, target=target.tvm, relax_pipeline=build_pipeline(target))
 
 
 def tvm_taso_backend(gm, example_inputs, options: dict | None = None, **mode):

@@ -498,7 +498,8 @@ def test_an_rpc_peer_that_is_silent_or_no_rpc_peer_is_one_line_within_seconds(tm
 def test_workers_are_capped_at_the_cores_and_a_cost_model_workers_cannot_import_searches_here(caplog):
     from tvm_taso.cost.analytic import AnalyticCost
     from tvm_taso.search import SearchOptions
-    from tvm_taso.search.pool import RegionPool, available_cores
+    from tvm_taso.search.pool import RegionPool
+    from tvm_taso.target import available_cores
 
     with caplog.at_level("WARNING"):
         pool = RegionPool.for_run([], AnalyticCost("cuda"), SearchOptions(workers=1000))

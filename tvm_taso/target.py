@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 
 from tvm_taso.errors import TargetError
 
@@ -160,6 +161,27 @@ def is_gpu(target=None) -> bool:
 def num_cores(target=None) -> int:
     """The target's ``num-cores`` attribute, 0 when it does not say."""
     return int(parse(target).attrs.get("num-cores", 0) or 0)
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def with_cores(target=None):
+    """``target`` parsed, and for a CPU target that does not say how many cores it has, with
+    ``num-cores`` set to the cores this process may use: MetaSchedule needs it to tune, and a
+    database is applied for the target it was tuned for, so tuning, building with the
+    database and pricing from it all use this one."""
+    import tvm
+
+    t = parse(target)
+    if is_gpu(t) or num_cores(t):
+        return t
+    return tvm.target.Target(dict(t.export(), **{"num-cores": available_cores()}))
 
 
 def canonical(target=None) -> str:

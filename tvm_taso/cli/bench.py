@@ -8,20 +8,23 @@ import numpy as np
 from tvm_taso.errors import InputError
 
 
-def bench(mod, inputs, target, repeat: int = 10, options=None) -> dict:
+def bench(mod, inputs, target, repeat: int = 10, options=None, database=None) -> dict:
     """Latency of ``mod`` compiled for ``target`` with the default pipeline and with the
-    ``"taso"`` pipeline (its search settings ``options``, a :class:`SearchOptions`), timed side
-    by side in one run; ``speedup`` is the median of the pairwise ratios (default / taso)."""
+    ``"taso"`` pipeline (its search settings ``options``, a :class:`SearchOptions`), both with
+    the tuned kernels of the MetaSchedule ``database`` when given, timed side by side in one run;
+    ``speedup`` is the median of the pairwise ratios (default / taso)."""
     from tvm_taso import passes
     from tvm_taso import target as targets
     from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
 
-    t = targets.parse(target)
+    t = targets.with_cores(target) if database else targets.parse(target)  # as the database was tuned
     if targets.device(t) is None:
         raise InputError(f"no {t.kind.name} device on this machine to time on")
+    from tvm_taso.cost.kernel_build import build_pipeline
+
     builds = {
-        "default": CompiledModule(mod, t, inputs, "default"),
-        "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(options=options)),
+        "default": CompiledModule(mod, t, inputs, build_pipeline(t, database) if database else "default"),
+        "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(options=options, database=database)),
     }
     samples = side_by_side({k: (lambda m=m: m.time_ms(50)) for k, m in builds.items()}, repeat)
     result = {}
@@ -38,4 +41,5 @@ def bench(mod, inputs, target, repeat: int = 10, options=None) -> dict:
     result["speedup"] = summary["ratio"]
     result["speedup_quartiles"] = [summary["ratio_low"], summary["ratio_high"]]
     result["target"] = str(target)
+    result["database"] = database
     return result

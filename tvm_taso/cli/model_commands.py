@@ -41,6 +41,9 @@ def add_model_commands(sub) -> None:
                         "priced_sizes gives); default its bounds, else 1 and 128. A rewrite is kept only when it "
                         "pays at every size")
 
+    def database_arg(sp, text):
+        sp.add_argument("--database", metavar="DIR", help=text)
+
     def model_args(sp):
         sp.add_argument("input", help="the ONNX model, or a saved torch.export program (.pt2)")
         sp.add_argument("--target", default="llvm", help="llvm, cuda, a JSON target, or ort[:provider][,key=value...] "
@@ -64,11 +67,14 @@ def add_model_commands(sub) -> None:
     opt.add_argument("--rpc", metavar="HOST:PORT/KEY",
                      help="measure kernels on remote devices through TVM's RPC (--cost rpc): a tracker and the key "
                      "its devices registered under, or HOST:PORT,HOST:PORT for servers")
-    opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned", "ort", "rpc"],
+    opt.add_argument("--cost", default="auto", choices=["auto", "analytic", "measure", "learned", "ort", "rpc", "tuned"],
                      help="cost model: analytic (roofline), measure (build and time kernels on the target), "
                      "learned (XGBoost trained with `tvm-taso cost train`), ort (time kernels in onnxruntime; "
-                     "--target ort), auto (default: ort for --target ort, else measure on a local GPU, else "
-                     "learned if trained, else analytic; rpc with --rpc)")
+                     "--target ort), tuned (each kernel's tuned time in --database), auto (default: ort for "
+                     "--target ort, else measure on a local GPU, else learned if trained, else analytic; rpc "
+                     "with --rpc)")
+    database_arg(opt, "with --cost tuned: the MetaSchedule database (`tvm-taso tune -o DIR`) whose tuned kernel "
+                 "times price the search")
     opt.add_argument("--rules", help="a rule file to use instead of the shipped library")
     _search_args(opt, "alpha", "budget", "time_limit", "max_weight_growth")
     opt.add_argument("--check", action="store_true",
@@ -90,7 +96,27 @@ def add_model_commands(sub) -> None:
     sizes_arg(comp)
     comp.add_argument("-o", "--output", required=True, help="the shared library to write (OUT.so)")
     comp.add_argument("--no-taso", action="store_true", help="compile without TasoOptimize")
+    database_arg(comp, "apply the tuned kernels of this MetaSchedule database (`tvm-taso tune -o DIR`)")
     comp.set_defaults(func=cmd_compile)
+
+    tune = sub.add_parser("tune", help="tune a model's kernels with MetaSchedule into a database",
+                          description="Tune the kernels of IN (optimized with TasoOptimize, and the original's for a "
+                          "fair baseline) with MetaSchedule on --target, into the database DIR that `compile`, "
+                          "`bench` and `--cost tuned` read. The trials are split over the kernels by their share "
+                          "of the model's work, the largest first; kernels the database holds already get none "
+                          "(one database serves many models). Ctrl-C stops and keeps what was tuned.")
+    model_args(tune)
+    sizes_arg(tune)
+    tune.add_argument("-o", "--output", required=True, metavar="DIR", help="the database (a MetaSchedule work dir; "
+                      "made if missing, added to if not)")
+    tune.add_argument("--trials", type=int, default=1000, help="trials per module (default 1000)")
+    tune.add_argument("--min-trials", type=int, default=16, help="the fewest trials a kernel is given while the "
+                      "budget lasts (default 16)")
+    tune.add_argument("--tune-time-limit", type=float, metavar="S", help="stop starting new kernels after S seconds")
+    tune.add_argument("--no-taso", action="store_true", help="tune the original model's kernels only")
+    tune.add_argument("--no-original", action="store_true", help="tune the optimized model's kernels only")
+    tune.add_argument("--json", help="write the tuning report as JSON")
+    tune.set_defaults(func=cmd_tune)
 
     bench = sub.add_parser("bench", help="latency with and without TasoOptimize, side by side",
                            description="Compile IN.onnx with TVM's default pipeline and with TasoOptimize and time "
@@ -105,6 +131,7 @@ def add_model_commands(sub) -> None:
     bench.add_argument("--input-file", action="append", metavar="NAME=FILE.npy",
                        help="use this array for an input instead of random data (repeatable)")
     bench.add_argument("--json", help="write the measurements as JSON")
+    database_arg(bench, "build both sides with the tuned kernels of this MetaSchedule database (`tvm-taso tune`)")
     bench.set_defaults(func=cmd_bench)
 
 
@@ -263,14 +290,14 @@ def _rules(args):
         raise InputError(f"--rules: {err}") from None
 
 
-def _cost_model(name: str, target, rpc=None):
+def _cost_model(name: str, target, rpc=None, database=None):
     """The cost model ``--cost`` names, from the one factory; a model that cannot be had (no
     trained model for the target, an RPC fleet that cannot be reached) is an :class:`InputError`."""
     from tvm_taso.cost.factory import make_cost_model
     from tvm_taso.cost.rpc.measurer import RPCUnavailable
 
     try:
-        return make_cost_model(name, target, rpc=rpc)
+        return make_cost_model(name, target, rpc=rpc, database=database)
     except RPCUnavailable as err:
         raise InputError(f"--rpc {rpc}: {err}") from None
     except ValueError as err:
@@ -320,7 +347,7 @@ def cmd_optimize(args) -> int:
     _check_outputs(args, **paths)
     _check_output_suffix(args)
     shapes, sizes, rules = _shapes(args), _sizes(args), _rules(args)  # bad input before any work
-    cost_model = _cost_model(args.cost, target, args.rpc)
+    cost_model = _cost_model(args.cost, target, args.rpc, args.database)
     _quiet_skips()
     source = _read_source(args, shapes, paths)
     _step(f"searching ({len(rules)} rules, time limit {options.time_limit:g} s)")
@@ -467,31 +494,98 @@ def _print_summary(report: dict) -> None:
         print(f"guard            not measured ({guard['reason']})")
 
 
+def _relax_module(args):
+    """The model as a Relax module through TVM's importers (the commands that build with TVM)."""
+    from tvm_taso.io.onnx_import import import_relax
+    from tvm_taso.io.torch_import import is_program_path
+
+    try:
+        return _ProgramSource(args, _shapes(args)).model if is_program_path(args.input) \
+            else import_relax(args.input, shapes=_shapes(args))
+    except InputError as err:
+        if "TVM's ONNX frontend" not in str(err):
+            raise
+        raise InputError(f"{err}. `tvm-taso {args.command}` needs TVM's importer; `tvm-taso optimize` still "
+                         "optimizes the model as ONNX (run it in onnxruntime), or re-export it with static "
+                         "shapes") from None
+
+
+def _database(args, target):
+    """``--database DIR`` checked (a MetaSchedule work dir), or None; without one on a CPU
+    target, one line says the kernels are untuned and what to run."""
+    from tvm_taso import target as targets
+
+    if args.database is None:
+        if not targets.is_gpu(target):
+            from tvm_taso.cost.tuning import untuned_notice
+
+            untuned_notice(f"`tvm-taso tune {args.input} -o DB`, then --database DB")
+        return None
+    if not os.path.isfile(os.path.join(args.database, "database_workload.json")):
+        raise InputError(f"--database {args.database}: not a MetaSchedule database (no database_workload.json); "
+                         f"make one with `tvm-taso tune {args.input} -o {args.database}`")
+    return args.database
+
+
 def cmd_compile(args) -> int:
     import tvm
 
     from tvm_taso import target as targets
-    from tvm_taso.io.onnx_import import import_relax
-    from tvm_taso.io.torch_import import is_program_path
+    from tvm_taso.cost.kernel_build import build_pipeline
     from tvm_taso.passes.pipeline import taso_pipeline
 
     target = _target(args.target)
     _check_outputs(args, **{"-o": args.output})
     sizes = _sizes(args)
-    try:
-        mod = _ProgramSource(args, _shapes(args)).model if is_program_path(args.input) \
-            else import_relax(args.input, shapes=_shapes(args))
-    except InputError as err:
-        if "TVM's ONNX frontend" not in str(err):
-            raise
-        raise InputError(f"{err}. `tvm-taso compile` needs TVM's importer; `tvm-taso optimize` still optimizes the "
-                         "model as ONNX (run it in onnxruntime), or re-export it with static shapes") from None
-    pipeline = "default" if args.no_taso else taso_pipeline(shapes=sizes)
-    _step(f"compiling for {target}" + ("" if args.no_taso else " with TasoOptimize"))
-    ex = tvm.compile(mod, target=targets.parse(target), relax_pipeline=pipeline)
+    database = _database(args, target)
+    mod = _relax_module(args)
+    parsed = targets.with_cores(target) if database else targets.parse(target)  # as the database was tuned
+    if args.no_taso:
+        pipeline = build_pipeline(parsed, database) if database else "default"
+    else:
+        pipeline = taso_pipeline(shapes=sizes, database=database)
+    _step(f"compiling for {target}" + ("" if args.no_taso else " with TasoOptimize")
+          + (f", tuned kernels from {database}" if database else ""))
+    ex = tvm.compile(mod, target=parsed, relax_pipeline=pipeline)
     write_atomically(args.output, ex.export_library)
     print(f"written          {args.output}")
     return 0
+
+
+def cmd_tune(args) -> int:
+    import tvm_taso
+    from tvm_taso.cost import tuning
+
+    if args.no_taso and args.no_original:
+        raise InputError("--no-taso and --no-original leave nothing to tune")
+    if args.trials < 1 or args.min_trials < 1:
+        raise InputError("--trials and --min-trials: at least 1")
+    target = _target(args.target)
+    _check_outputs(args, **{"--json": args.json})
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise InputError(f"-o {args.output}: exists and is not a directory (the database is a folder)")
+    sizes = _sizes(args)
+    original = _relax_module(args)
+    modules = {} if args.no_original else {"original": original}
+    if not args.no_taso:
+        _step(f"optimizing for {target}")
+        modules["optimized"], _ = tvm_taso.optimize(original, target=target, shapes=sizes or None)
+    reports = {}
+    for name, mod in modules.items():
+        _step(f"tuning the {name} model's kernels ({args.trials} trials) into {args.output}")
+        report = reports[name] = tuning.tune(mod, target, args.output, args.trials,
+                                             min_trials=args.min_trials, time_limit=args.tune_time_limit)
+        print(f"{name}: {report['trials_run']} trials, {report['tasks_tuned']} of {len(report['tasks'])} kernels "
+              f"tuned, {report['seconds']:.0f} s" + (f" (stopped: {report['stopped']})" if report["stopped"] else ""))
+        print(f"  {'kernel':32s} {'share':>6s} {'trials':>6s} {'best us':>10s}")
+        for task in report["tasks"]:
+            best = f"{task['best_us']:10.2f}" if task["best_us"] is not None else f"{'-':>10s}"
+            print(f"  {task['name'][:32]:32s} {100 * task['share']:5.1f}% {task['trials']:6d} {best}")
+        if report["stopped"] == "interrupted":
+            break
+    if args.json:
+        write_text_atomically(args.json, json.dumps(reports, indent=2, allow_nan=False))
+    return 130 if any(r["stopped"] == "interrupted" for r in reports.values()) else 0
 
 
 def cmd_bench(args) -> int:
@@ -515,8 +609,10 @@ def cmd_bench(args) -> int:
     else:
         mod = import_relax(args.input, shapes=_shapes(args))
         inputs = inputs_for(mod, given)
-    _step(f"compiling and timing on {target} (with and without TasoOptimize)")
-    result = bench(mod, inputs, target, repeat=repeat, options=options)
+    database = _database(args, target)
+    _step(f"compiling and timing on {target} (with and without TasoOptimize"
+          + (f", tuned kernels from {database})" if database else ")"))
+    result = bench(mod, inputs, target, repeat=repeat, options=options, database=database)
     print(f"{'pipeline':24s} {'median ms':>10s} {'min ms':>10s}")
     for key in ("default", "taso"):
         r = result[key]

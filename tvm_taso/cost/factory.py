@@ -10,10 +10,10 @@ from tvm_taso.cost.model import CostModel
 
 log = logging.getLogger("tvm_taso.cost.factory")
 
-NAMES = ("auto", "analytic", "measure", "learned", "ort", "rpc")
+NAMES = ("auto", "analytic", "measure", "learned", "ort", "rpc", "tuned")
 
 
-def make_cost_model(cost_model, target, rpc=None) -> CostModel:
+def make_cost_model(cost_model, target, rpc=None, database=None) -> CostModel:
     """The cost model named by ``cost_model`` for ``target``:
 
     * ``"analytic"``: the roofline :class:`~tvm_taso.cost.analytic.AnalyticCost`;
@@ -26,6 +26,8 @@ def make_cost_model(cost_model, target, rpc=None) -> CostModel:
       ``"host:port,host:port"`` for servers), reached before it is returned
       (:class:`~tvm_taso.cost.rpc.RPCUnavailable`, one line, when they cannot be); ``rpc`` given
       with ``"auto"`` means ``"rpc"``;
+    * ``"tuned"``: :class:`~tvm_taso.cost.tuned.TunedCost`, each kernel's tuned time in the
+      MetaSchedule database in ``database`` (a work dir ``tvm-taso tune`` wrote);
     * ``"ort"``: :class:`~tvm_taso.ort.pricing.OrtCost` (each kernel timed in onnxruntime), for an
       ``ort`` target only (:mod:`tvm_taso.ort`); ``measure`` and ``learned`` price TVM's kernels,
       so an ``ort`` target refuses them;
@@ -40,6 +42,14 @@ def make_cost_model(cost_model, target, rpc=None) -> CostModel:
         if callable(reset):
             reset()
         return cost_model
+    if (database is not None) != (cost_model == "tuned"):
+        raise ValueError("cost model 'tuned' reads a MetaSchedule database, and only it: give both, "
+                         "cost_model='tuned' and database=DIR" if cost_model == "tuned" else
+                         f"a MetaSchedule database is for cost model 'tuned', not {cost_model!r}")
+    if cost_model == "tuned":
+        from tvm_taso.cost.tuned import TunedCost
+
+        return TunedCost(target, database)
     if cost_model == "rpc" or (rpc is not None and cost_model in (None, "auto")):
         if rpc is None:
             raise ValueError("cost model 'rpc' measures on remote devices: give rpc='host:port/key' (a tracker) "

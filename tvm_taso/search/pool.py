@@ -29,20 +29,13 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from tvm_taso.cost.model import CostModel
+from tvm_taso.target import available_cores
 from tvm_taso.ir.graph import Graph
 from tvm_taso.search.stats import SearchStats
 
 log = logging.getLogger(__name__)
 
 _search = None  # the worker's region search, made once from what the pool handed it
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def default_workers() -> int:

@@ -1,0 +1,155 @@
+"""MetaSchedule tuning: ``tvm-taso tune`` (budgets split by share of the work, a database reused),
+builds that apply the database, the ``tuned`` cost model, and the untuned notice."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvm_taso import examples
+from tvm_taso import target as targets
+from tvm_taso.cli.main import main
+from tvm_taso.cost import tuning
+from tvm_taso.cost.factory import make_cost_model
+
+
+def _matmul_relu(path, rows: int = 16, width: int = 64):
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (rows, width))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, width))], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A one-kernel model tuned with 8 trials (MetaSchedule's builder, runner and XGBoost model),
+    then tuned again into the same database."""
+    tmp = tmp_path_factory.mktemp("tuned")
+    model, db = _matmul_relu(tmp / "tiny.onnx"), tmp / "db"
+    args = ["tune", str(model), "-o", str(db), "--trials", "8", "--min-trials", "8", "--no-taso"]
+    assert main(args + ["--json", str(tmp / "first.json")]) == 0
+    assert main(args + ["--json", str(tmp / "second.json")]) == 0
+    first, second = (json.loads((tmp / f"{k}.json").read_text())["original"] for k in ("first", "second"))
+    return {"model": model, "db": db, "first": first, "second": second, "tmp": tmp}
+
+
+def test_a_tiny_model_is_tuned_and_a_second_run_tunes_nothing(tuned):
+    first, second = tuned["first"], tuned["second"]
+    assert first["trials_run"] == 8 and first["stopped"] is None
+    (task,) = first["tasks"]
+    assert task["trials"] == 8 and not task["in_database"] and task["best_us"] > 0 and task["share"] == 1.0
+    # the database is reused: the kernel it holds gets no trial, and its best time is read back
+    assert second["trials_run"] == 0
+    (again,) = second["tasks"]
+    assert again["in_database"] and again["trials"] == 0 and again["best_us"] == task["best_us"]
+    assert (tuned["db"] / "database_workload.json").is_file() and (tuned["db"] / "database_tuning_record.json").is_file()
+
+
+def test_a_build_with_the_database_runs_the_tuned_kernel(tuned, capsys):
+    from tvm import relax
+
+    from tvm_taso.cost.kernel_build import fused_module
+    from tvm_taso.io.onnx_import import import_relax
+
+    out = tuned["tmp"] / "tiny.so"
+    assert main(["compile", str(tuned["model"]), "-o", str(out), "--database", str(tuned["db"])]) == 0
+    assert out.stat().st_size > 0 and "untuned" not in capsys.readouterr().err
+    # what the build applies: the database's schedule for the model's one kernel
+    target = targets.with_cores("llvm")
+    with target:
+        applied = relax.transform.MetaScheduleApplyDatabase(work_dir=str(tuned["db"]))(
+            fused_module(import_relax(str(tuned["model"])), target))
+    kernels = [f for f in applied.functions.values() if hasattr(f, "body") and "tirx.is_scheduled" in (f.attrs or {})]
+    assert len(kernels) == 1
+
+
+def test_the_tuned_cost_model_prices_from_the_database_and_scales_what_it_lacks(tuned):
+    from tvm_taso.cost.analytic import AnalyticCost
+    from tvm_taso.cost.model import kernels
+    from tvm_taso.io.onnx_bridge import OnnxGraph
+
+    import tvm_taso
+
+    cost = make_cost_model("tuned", "llvm", database=str(tuned["db"]))
+    assert cost.name == "tuned" and cost.scale > 0
+    (kernel,) = kernels(OnnxGraph(tvm_taso.load_onnx(str(tuned["model"]))).graph)
+    assert cost.kernel_cost(kernel) == pytest.approx(tuned["first"]["tasks"][0]["best_us"])
+    # a kernel the database does not hold: the analytic price times the database's efficiency
+    (wider,) = kernels(OnnxGraph(tvm_taso.load_onnx(str(_matmul_relu(tuned["tmp"] / "wide.onnx", 32, 48)))).graph)
+    assert cost.kernel_cost(wider) == pytest.approx(AnalyticCost(targets.with_cores("llvm")).kernel_cost(wider)
+                                                   * cost.scale)
+    assert cost.describe()["from_database"] == 1 and cost.describe()["fallback"] == 1
+    # the one tuned kernel's best time against its FLOPs (the matmul's and the relu's) at the analytic peak
+    peak = AnalyticCost(targets.with_cores("llvm")).roof.peak_flops
+    flops = 16 * 64 * 64 * 2 + 16 * 64
+    assert cost.scale == pytest.approx(tuned["first"]["tasks"][0]["best_us"] * 1e-6 / (flops / peak))
+
+
+def test_trials_are_split_by_share_of_the_work_largest_first():
+    tasks = tuning.tasks_of(examples.parallel_matmuls(seq=16, hidden=64), "llvm")
+    plan = tuning.plan(tasks, trials=48, min_trials=8)
+    shares = [b.share for b in plan]
+    assert shares == sorted(shares, reverse=True) and sum(shares) == pytest.approx(1.0)
+    assert sum(b.trials for b in plan) == 48
+    assert all(b.trials == 0 for b in plan if b.flops == 0)  # a transpose gets none
+    given = [b.trials for b in plan if b.trials]
+    assert plan[0].trials == round(48 * plan[0].share) and all(n >= 8 for n in given[:-1])  # the last: what is left
+    small = tuning.plan(tasks, trials=8, min_trials=8)  # a budget for one task: the largest
+    assert [b.trials for b in small] == [8] + [0] * (len(small) - 1)
+
+
+def test_cpu_builds_without_a_database_say_once_that_kernels_are_untuned(tmp_path, caplog):
+    model = _matmul_relu(tmp_path / "tiny.onnx")
+    tuning.untuned_notice.said = False
+    assert main(["compile", str(model), "-o", str(tmp_path / "a.so")]) == 0
+    assert main(["compile", str(model), "-o", str(tmp_path / "b.so"), "--no-taso"]) == 0
+    said = [r.getMessage() for r in caplog.records if "kernels are untuned" in r.getMessage()]
+    assert len(said) == 1 and f"`tvm-taso tune {model} -o DB`, then --database DB" in said[0]
+    assert all(r.levelname == "WARNING" for r in caplog.records if "untuned" in r.getMessage())
+
+
+def test_a_database_is_for_the_tuned_cost_model_and_it_needs_one(tmp_path, capsys):
+    with pytest.raises(ValueError, match="database"):
+        make_cost_model("tuned", "llvm")
+    with pytest.raises(ValueError, match="for cost model 'tuned'"):
+        make_cost_model("analytic", "llvm", database=str(tmp_path))
+    with pytest.raises(ValueError, match="not a MetaSchedule database"):
+        make_cost_model("tuned", "llvm", database=str(tmp_path))
+    model = _matmul_relu(tmp_path / "tiny.onnx")
+    assert main(["compile", str(model), "-o", str(tmp_path / "a.so"), "--database", str(tmp_path)]) == 2
+    assert "not a MetaSchedule database" in capsys.readouterr().err
+
+
+def test_the_fast_intrinsics_import_leaves_inspect_as_it_was():
+    stack, outer = inspect.stack, inspect.getouterframes
+    tuning.tensor_intrinsics()
+    assert inspect.stack is stack and inspect.getouterframes is outer
+    import sys
+
+    assert "tvm.s_tir.tensor_intrin" in sys.modules
+
+
+def test_the_torch_backend_builds_with_a_database(tuned):
+    torch = pytest.importorskip("torch")
+    from tvm_taso.passes.torch_backend import TasoBackend
+
+    with pytest.raises(ValueError, match="not a MetaSchedule database"):
+        TasoBackend(database=tuned["tmp"])
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.ReLU()).eval()
+    backend = TasoBackend(database=str(tuned["db"]), cost_model="analytic")
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(16, 64)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), atol=1e-5)
+    assert len(backend.reports) == 1 and not backend.fallbacks

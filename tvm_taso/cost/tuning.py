@@ -1,0 +1,221 @@
+"""MetaSchedule tuning of a module's kernels, with a budget that reaches every task that matters.
+
+TVM 0.27's CPU pipeline legalizes and fuses but schedules nothing: an untuned CPU build runs
+plain loops. MetaSchedule tunes the fused kernels (its *tasks*: the TIR functions of
+:func:`~tvm_taso.cost.kernel_build.fused_module`), but spends its trials in batches of 64 per
+task, so a budget smaller than 64 × the task count tunes a few tasks and leaves the rest as
+loops. :func:`tune` instead
+
+* splits the trials over the tasks by their share of the module's work (FLOPs × how often the
+  kernel runs), the largest first, each task at least ``min_trials`` while the budget lasts
+  (:func:`plan`); a task with no arithmetic (a transpose, a copy) gets none;
+* gives no trial to a task the database already holds (a database tuned on earlier models is
+  reused: one work dir for many models);
+* tunes each task in turn into one MetaSchedule JSON database (a work dir, as
+  ``relax.transform.MetaScheduleApplyDatabase`` reads it), sharing one XGBoost cost model, so
+  what was learned on one task guides the next; a record is written as soon as it is measured,
+  and an interrupt (Ctrl-C) stops the tuning and keeps what was tuned.
+
+:func:`~tvm_taso.cost.kernel_build.build_pipeline` applies the database when building;
+:func:`best_seconds` reads a task's tuned time back (the ``tuned`` cost model prices with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tvm_taso import target as targets
+
+log = logging.getLogger("tvm_taso.tuning")
+
+MIN_TRIALS = 16  # the fewest trials a task is given while the budget lasts (a quarter of one batch)
+BATCH = 64  # MetaSchedule's trials per round for one task
+POPULATION = 2048  # MetaSchedule's default evolutionary population, the most used here
+BUILD_TIMEOUT = 60.0  # seconds per candidate build; the default 30 is hit on 2 cores
+
+
+@dataclass
+class TaskBudget:
+    """One task of a module and the trials it is given."""
+
+    name: str
+    weight: int  # how many times the module runs the kernel
+    flops: float  # of one run
+    share: float  # of the module's work (weight × flops)
+    trials: int
+    in_database: bool  # tuned before: given no trials
+
+
+def tasks_of(mod, target) -> list:
+    """MetaSchedule's tasks for ``mod`` built for ``target``: its fused TIR kernels, each once
+    with its weight (how often it runs)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_taso.cost.kernel_build import fused_module
+
+    target = targets.with_cores(target)
+    return list(ms.relax_integration.extract_tasks(fused_module(mod, target), target))
+
+
+def _flops(task) -> float:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(task.dispatched[0]))
+    except Exception:  # noqa: BLE001 - a kernel the estimator cannot read counts as no work
+        return 0.0
+
+
+def plan(tasks: list, trials: int, database=None, min_trials: int = MIN_TRIALS) -> list[TaskBudget]:
+    """How ``trials`` are split over ``tasks`` (:class:`TaskBudget`, largest share first): by
+    share of the work, at least ``min_trials`` each while the budget lasts; none to a task with
+    no arithmetic or one ``database`` already holds."""
+    work = [t.weight * _flops(t) for t in tasks]
+    total = sum(work) or 1.0
+    budgets = [TaskBudget(t.task_name, int(t.weight), _flops(t), w / total, 0,
+                          database is not None and database.has_workload(t.dispatched[0]))
+               for t, w in zip(tasks, work)]
+    order = sorted(range(len(budgets)), key=lambda k: -budgets[k].share)
+    left = trials
+    for k in order:
+        b = budgets[k]
+        if b.in_database or b.flops <= 0 or left <= 0:
+            continue
+        b.trials = min(left, max(min_trials, round(trials * b.share)))
+        left -= b.trials
+    return [budgets[k] for k in order]
+
+
+def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, time_limit: float | None = None,
+         seed: int = 0) -> dict:
+    """Tune ``mod``'s kernels for ``target`` with ``trials`` MetaSchedule trials in all (split by
+    :func:`plan`) into the database in ``work_dir`` (made if missing, reused if not). Returns a
+    report (plain data): each task's budget and best time, the trials run, the seconds, and
+    ``stopped`` (``"interrupted"`` on Ctrl-C, ``"time limit"`` when ``time_limit`` seconds
+    passed before every task had its turn) — what was tuned before a stop stays in the database.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_taso.progress import progress_bar
+
+    target = targets.with_cores(target)
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    tensor_intrinsics()
+    database = open_database(work_dir)
+    tasks = tasks_of(mod, target)
+    budgets = plan(tasks, trials, database, min_trials)
+    by_name = {t.task_name: t for t in tasks}
+    todo = [b for b in budgets if b.trials > 0]
+    t0, stopped, ran = time.perf_counter(), None, 0
+    log.info("tuning %d of %d tasks with %d trials (%d already in %s)", len(todo), len(tasks),
+             sum(b.trials for b in todo), sum(b.in_database for b in budgets), work_dir)
+    if todo:
+        # MetaSchedule's default population (2048 candidates drawn and evolved per round) costs
+        # tens of seconds a round on 2 cores; a population of a few rounds' candidates is plenty
+        # for the trials one task gets here
+        strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=min(POPULATION, max(BATCH, 4 * max(b.trials for b in todo))))
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            [by_name[b.name] for b in todo], str(work_dir), strategy=strategy, seed=seed)
+        builder = ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT, initializer=tensor_intrinsics)
+        runner = ms.runner.LocalRunner()
+        cost_model = ms.CostModel.create("xgb", num_tuning_cores=max(1, targets.num_cores(target) or 1))
+        bar = progress_bar("tuning", "trial", total=sum(b.trials for b in todo))
+        try:
+            for b, context, weight in zip(todo, contexts, weights):
+                if time_limit is not None and time.perf_counter() - t0 > time_limit:
+                    stopped = "time limit"
+                    break
+                log.info("task %s: %d trials (%.0f%% of the work)", b.name, b.trials, 100 * b.share)
+                ms.tune_tasks(tasks=[context], task_weights=[weight], work_dir=str(work_dir),
+                              max_trials_global=b.trials, max_trials_per_task=b.trials,
+                              num_trials_per_iter=min(BATCH, b.trials), builder=builder, runner=runner,
+                              database=database, cost_model=cost_model)
+                ran += b.trials
+                if bar is not None:
+                    bar.update(b.trials)
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+            log.warning("tuning interrupted: what was measured is kept in %s", work_dir)
+        finally:
+            if bar is not None:
+                bar.close()
+    rows = []
+    for b in budgets:
+        best = best_seconds(database, by_name[b.name].dispatched[0], target)
+        rows.append(dict(asdict(b), best_us=None if best is None else best * 1e6))
+    return {"database": str(work_dir), "target": str(target), "trials": trials, "trials_run": ran,
+            "tasks": rows, "tasks_tuned": sum(r["best_us"] is not None for r in rows),
+            "seconds": time.perf_counter() - t0, "stopped": stopped}
+
+
+def untuned_notice(what_to_run: str) -> None:
+    """Say once per process, in one line, that a CPU build runs untuned kernels and what to run."""
+    if not getattr(untuned_notice, "said", False):
+        untuned_notice.said = True
+        log.warning("kernels are untuned (TVM's CPU pipeline schedules none): %s", what_to_run)
+
+
+def open_database(work_dir):
+    """The MetaSchedule JSON database in ``work_dir`` (its two files made when missing)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.database.JSONDatabase(work_dir=str(work_dir), module_equality="structural")
+
+
+def best_seconds(database, prim_func, target) -> float | None:
+    """The best measured time of the kernel ``prim_func`` in ``database`` for ``target``, or None
+    when it was never tuned there."""
+    import tvm
+
+    mod = tvm.IRModule({"main": prim_func}) if not isinstance(prim_func, tvm.IRModule) else prim_func
+    if not database.has_workload(mod):
+        return None
+    workload = database.commit_workload(mod)
+    times = [float(r.run_secs[0]) for r in database.get_top_k(workload, 1) if r.run_secs]
+    return min(times) if times else None
+
+
+def tensor_intrinsics() -> None:
+    """Import TVM's tensor intrinsics, fast. MetaSchedule's tuning contexts need them, and so
+    does each of its builder's worker processes, started anew for every batch of candidates
+    (this is their initializer). They are hundreds of TVMScript functions, and TVMScript's
+    parser calls ``inspect.stack()`` for each, which reads the source of every frame on the
+    stack -- during an import, the frozen import machinery's, looked up through every loaded
+    module: 36 s on this machine, 4 s with the source read only for the nearest frames that
+    have a file."""
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    with _nearest_frames_only():
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+
+
+@contextlib.contextmanager
+def _nearest_frames_only(depth: int = 4):
+    def outer_frames(frame, context=1):
+        infos = []
+        while frame is not None:
+            code = frame.f_code
+            if len(infos) < depth and not code.co_filename.startswith("<"):
+                info = inspect.getframeinfo(frame, context)
+                infos.append(inspect.FrameInfo(frame, *info, positions=info.positions))
+            else:  # what TVMScript reads of a far frame is its locals
+                infos.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name, None, None,
+                                               positions=None))
+            frame = frame.f_back
+        return infos
+
+    saved = inspect.stack, inspect.getouterframes
+    inspect.stack = lambda context=1: outer_frames(sys._getframe(1), context)
+    inspect.getouterframes = outer_frames
+    try:
+        yield
+    finally:
+        inspect.stack, inspect.getouterframes = saved
