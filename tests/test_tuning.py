@@ -3,8 +3,10 @@ builds that apply the database, the ``tuned`` cost model, and the untuned notice
 
 from __future__ import annotations
 
+import fcntl
 import inspect
 import json
+import os
 
 import numpy as np
 import onnx
@@ -34,14 +36,22 @@ def _matmul_relu(path, rows: int = 16, width: int = 64):
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     """A one-kernel model tuned with 8 trials (MetaSchedule's builder, runner and XGBoost model),
-    then tuned again into the same database."""
-    tmp = tmp_path_factory.mktemp("tuned")
-    model, db = _matmul_relu(tmp / "tiny.onnx"), tmp / "db"
-    args = ["tune", str(model), "-o", str(db), "--trials", "8", "--min-trials", "8", "--no-taso"]
-    assert main(args + ["--json", str(tmp / "first.json")]) == 0
-    assert main(args + ["--json", str(tmp / "second.json")]) == 0
+    then tuned again into the same database: once per test run, shared by the xdist workers
+    (the first to get the lock tunes, the others read its results)."""
+    base = tmp_path_factory.getbasetemp()
+    tmp = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tuned"
+    tmp.mkdir(exist_ok=True)
+    model, db = tmp / "tiny.onnx", tmp / "db"
+    with open(tmp / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (tmp / "second.json").exists():
+            _matmul_relu(model)
+            args = ["tune", str(model), "-o", str(db), "--trials", "8", "--min-trials", "8", "--no-taso"]
+            assert main(args + ["--json", str(tmp / "first.json")]) == 0
+            assert main(args + ["--json", str(tmp / "second.json")]) == 0
     first, second = (json.loads((tmp / f"{k}.json").read_text())["original"] for k in ("first", "second"))
-    return {"model": model, "db": db, "first": first, "second": second, "tmp": tmp}
+    mine = tmp_path_factory.mktemp("mine")  # what a test writes stays its worker's own
+    return {"model": model, "db": db, "first": first, "second": second, "tmp": mine}
 
 
 def test_a_tiny_model_is_tuned_and_a_second_run_tunes_nothing(tuned):
