@@ -1,7 +1,7 @@
 """Tuned kernels on this CPU: each model built untuned, tuned without TasoOptimize, tuned with it,
 and run in onnxruntime, all timed side by side in one run.
 
-    python -m benchmarks.tuned [--models resnet50 bert-base] [--trials 2000] [--quick]
+    python -m benchmarks.tuned [--models resnet50 bert-base] [--trials 2000] [--time-limit S] [--quick]
 
 Per model: the original is tuned with ``--trials`` MetaSchedule trials
 (:func:`tvm_taso.cost.tuning.tune`, split by share of the work), then the optimized module
@@ -50,8 +50,8 @@ def bench_model(name: str, args, work_dir: Path) -> dict:
     inputs = inputs_for(original, seed=0)
     optimized, report = tvm_taso.optimize(original, target=target, cost_model="analytic", guard=False)
     db = work_dir / name
-    tuning = {"original": tune(original, target, db, args.trials),
-              "optimized": tune(optimized, target, db, args.trials)}
+    tuning = {"original": tune(original, target, db, args.trials, time_limit=args.time_limit),
+              "optimized": tune(optimized, target, db, args.trials, time_limit=args.time_limit)}
     tuned = build_pipeline(target, db)
     variants = {
         "untuned": CompiledModule(original, target, inputs, "default"),
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.tuned", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["resnet50", "bert-base"], choices=list(models.MODELS))
     ap.add_argument("--trials", type=int, default=2000, help="MetaSchedule trials per module (default 2000)")
+    ap.add_argument("--time-limit", type=float, help="seconds of tuning per module: no new kernel is started after")
     ap.add_argument("--repeats", type=int, default=10, help="timing rounds (default 10)")
     ap.add_argument("--min-repeat-ms", type=int, default=200, help="each sample averages calls for this long")
     ap.add_argument("--quick", action="store_true", help="the models' tiny versions")
