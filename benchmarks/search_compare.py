@@ -93,6 +93,25 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def markdown(result: dict) -> str:
+    """The table of a run: per model each search's median seconds (quartiles), TENSAT's published
+    seconds (other hardware), both costs (analytic, microseconds: estimates), the sweeps, and the
+    regions eqsat reused of all it searched."""
+    def seconds(r):
+        s = r["seconds"]
+        return f"{s['median']:.2f} ({s['q1']:.2f}–{s['q3']:.2f})"
+
+    lines = ["| model | eqsat s | backtracking s | TENSAT s (published) | eqsat cost | backtracking cost | "
+             "sweeps (eqsat, backtracking) | regions reused (eqsat) |", "|---|---|---|---|---|---|---|---|"]
+    for row in result["models"]:
+        e, b = row["eqsat"], row["backtrack"]
+        tensat = f"{row['tensat_published_seconds']:g}" if "tensat_published_seconds" in row else "—"
+        lines.append(f"| {row['model']} | {seconds(e)} | {seconds(b)} | {tensat} | {e['cost_after']:.2f} | "
+                     f"{b['cost_after']:.2f} | {e['search']['sweeps']}, {b['search']['sweeps']} | "
+                     f"{e['regions_reused']} of {sum(e['regions_stopped'].values())} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model sizes (default: full sizes)")

@@ -1,11 +1,14 @@
 """The documentation pages hold together: every relative link names a file that exists and, with
 ``#anchor``, a heading of that page (GitHub's anchors: lower case, punctuation dropped, spaces as
-hyphens); the README stays one screen's worth of sections."""
+hyphens); the README stays one screen's worth of sections; the results tables on the pages are
+what their benchmarks render from their files in ``benchmarks/results/``."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted(ROOT.glob("*/README.md")), *sorted(ROOT.glob("tutorials/*.md"))]
@@ -57,3 +60,31 @@ def test_the_readme_is_one_screen_of_sections():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 200, len(lines)
     assert lines[0] == "# tvm-taso" and "pip install" in lines[3] and "pytest" in lines[4]
+
+
+def _rows_or_result(data):
+    return data["rows"] if isinstance(data, dict) and "rows" in data and "summary" in data else data
+
+
+# (benchmark module, its renderer, results file, page): the page holds the table the file renders
+TABLES = [
+    ("dynamic", "markdown", "dynamic.json", "tvm_taso/README.md"),
+    ("memory", "table", "memory.json", "tvm_taso/README.md"),
+    ("torch_paths", "markdown", "torch_paths.json", "benchmarks/README.md"),
+    ("ort_runtime", "markdown", "ort_runtime.json", "tvm_taso/README.md"),
+    ("learned_accuracy", "table", "learned_accuracy.json", "tvm_taso/README.md"),
+    ("search_compare", "markdown", "search_compare_full.json", "tvm_taso/README.md"),
+]
+
+
+@pytest.mark.parametrize("module, renderer, results, page", TABLES, ids=[t[2] for t in TABLES])
+def test_the_results_tables_are_what_their_files_render(module, renderer, results, page):
+    """A table on a page is its benchmark's rendering of its results file (regenerate it with the
+    benchmark's renderer rather than editing the page)."""
+    import importlib
+    import json
+
+    render = getattr(importlib.import_module(f"benchmarks.{module}"), renderer)
+    data = json.loads((ROOT / "benchmarks" / "results" / results).read_text())
+    table = "\n".join(line for line in render(_rows_or_result(data)).splitlines() if line.startswith("|"))
+    assert table.count("\n") >= 3 and table in (ROOT / page).read_text(), f"{page} differs from what {results} renders"
