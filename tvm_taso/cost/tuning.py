@@ -117,9 +117,9 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
     log.info("tuning %d of %d tasks with %d trials (%d already in %s)", len(todo), len(tasks),
              sum(b.trials for b in todo), sum(b.in_database for b in budgets), work_dir)
     if todo:
-        # MetaSchedule's default population (2048 candidates drawn and evolved per round) costs
-        # tens of seconds a round on 2 cores; a population of a few rounds' candidates is plenty
-        # for the trials one task gets here
+        # the candidates MetaSchedule draws, evolves and ranks with its cost model each round:
+        # sized to the trials a task gets here (four times the most any task gets, a batch at
+        # least, MetaSchedule's default 2048 at most), not 2048 for a task given 16 trials
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=min(POPULATION, max(BATCH, 4 * max(b.trials for b in todo))))
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
