@@ -88,4 +88,4 @@ def test_the_results_tables_are_what_their_files_render(module, renderer, result
     render = getattr(importlib.import_module(f"benchmarks.{module}"), renderer)
     data = json.loads((ROOT / "benchmarks" / "results" / results).read_text())
     table = "\n".join(line for line in render(_rows_or_result(data)).splitlines() if line.startswith("|"))
-    assert table.count("\n") >= 3 and table in (ROOT / page).read_text(), f"{page} differs from what {results} renders"
+    assert table.count("\n") >= 2 and table in (ROOT / page).read_text(), f"{page} differs from what {results} renders"
