@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
 import warnings
 
@@ -68,10 +67,14 @@ class TasoBackend:
         # a value out of range, or a setting given twice: one line
         SearchOptions.from_keywords(optimize_options.get("options"), **{k: optimize_options[k] for k in searched})
         self.target = targets.resolve(target) if target is not None else None
-        self.database = str(database) if database is not None else None
-        if self.database is not None and not os.path.isfile(os.path.join(self.database, "database_workload.json")):
-            raise ValueError(f"tvm_taso backend: database {database}: not a MetaSchedule database "
-                             "(no database_workload.json); make one with `tvm-taso tune MODEL -o DIR`")
+        if database is not None:
+            from tvm_taso.cost.tuning import check_database
+
+            try:
+                database = check_database(database)
+            except ValueError as err:
+                raise ValueError(f"tvm_taso backend: database {err}") from None
+        self.database = database
         self.optimize_options = optimize_options
         self.reports: list[dict] = []
         self.fallbacks: list[str] = []
@@ -167,7 +170,6 @@ class TasoBackend:
             return torch.utils._pytree.tree_unflatten(flat, out_spec)
 
         return run
-
 
     def _build(self, mod, target):
         """``tvm.compile`` for ``target``, with the database's tuned kernels when there is one."""

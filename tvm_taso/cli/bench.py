@@ -15,13 +15,12 @@ def bench(mod, inputs, target, repeat: int = 10, options=None, database=None) ->
     ``speedup`` is the median of the pairwise ratios (default / taso)."""
     from tvm_taso import passes
     from tvm_taso import target as targets
+    from tvm_taso.cost.kernel_build import build_pipeline
     from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
 
     t = targets.with_cores(target) if database else targets.parse(target)  # as the database was tuned
     if targets.device(t) is None:
         raise InputError(f"no {t.kind.name} device on this machine to time on")
-    from tvm_taso.cost.kernel_build import build_pipeline
-
     builds = {
         "default": CompiledModule(mod, t, inputs, build_pipeline(t, database) if database else "default"),
         "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(options=options, database=database)),

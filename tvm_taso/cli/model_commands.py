@@ -514,17 +514,16 @@ def _database(args, target):
     """``--database DIR`` checked (a MetaSchedule work dir), or None; without one on a CPU
     target, one line says the kernels are untuned and what to run."""
     from tvm_taso import target as targets
+    from tvm_taso.cost.tuning import check_database, untuned_notice
 
     if args.database is None:
         if not targets.is_gpu(target):
-            from tvm_taso.cost.tuning import untuned_notice
-
             untuned_notice(f"`tvm-taso tune {args.input} -o DB`, then --database DB")
         return None
-    if not os.path.isfile(os.path.join(args.database, "database_workload.json")):
-        raise InputError(f"--database {args.database}: not a MetaSchedule database (no database_workload.json); "
-                         f"make one with `tvm-taso tune {args.input} -o {args.database}`")
-    return args.database
+    try:
+        return check_database(args.database)
+    except ValueError as err:
+        raise InputError(f"--database {err}") from None
 
 
 def cmd_compile(args) -> int:

@@ -36,10 +36,7 @@ class TunedCost(CostModel):
 
         super().__init__()
         self.target = targets.with_cores(target)
-        self.path = Path(database)
-        if not (self.path / "database_workload.json").is_file():
-            raise ValueError(f"{database}: not a MetaSchedule database (no database_workload.json); "
-                             "make one with `tvm-taso tune MODEL -o DIR`")
+        self.path = Path(tuning.check_database(database))
         tuning.tensor_intrinsics()
         self.database = tuning.open_database(self.path)
         self.analytic = AnalyticCost(self.target)

@@ -76,11 +76,11 @@ def plan(tasks: list, trials: int, database=None, min_trials: int = MIN_TRIALS) 
     """How ``trials`` are split over ``tasks`` (:class:`TaskBudget`, largest share first): by
     share of the work, at least ``min_trials`` each while the budget lasts; none to a task with
     no arithmetic or one ``database`` already holds."""
-    work = [t.weight * _flops(t) for t in tasks]
-    total = sum(work) or 1.0
-    budgets = [TaskBudget(t.task_name, int(t.weight), _flops(t), w / total, 0,
+    flops = [_flops(t) for t in tasks]
+    total = sum(t.weight * f for t, f in zip(tasks, flops)) or 1.0
+    budgets = [TaskBudget(t.task_name, int(t.weight), f, t.weight * f / total, 0,
                           database is not None and database.has_workload(t.dispatched[0]))
-               for t, w in zip(tasks, work)]
+               for t, f in zip(tasks, flops)]
     order = sorted(range(len(budgets)), key=lambda k: -budgets[k].share)
     left = trials
     for k in order:
@@ -161,6 +161,15 @@ def untuned_notice(what_to_run: str) -> None:
     if not getattr(untuned_notice, "said", False):
         untuned_notice.said = True
         log.warning("kernels are untuned (TVM's CPU pipeline schedules none): %s", what_to_run)
+
+
+def check_database(path) -> str:
+    """``path`` as a string if it is a MetaSchedule database (a work dir holding
+    ``database_workload.json``), else ValueError saying how to make one."""
+    if not (Path(path) / "database_workload.json").is_file():
+        raise ValueError(f"{path}: not a MetaSchedule database (no database_workload.json); make one with "
+                         "`tvm-taso tune MODEL -o DIR`")
+    return str(path)
 
 
 def open_database(work_dir):
