@@ -25,8 +25,8 @@ from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.ir.graph import LEAVES, Graph
 from tvm_taso.rewrite.rule import default_rules
 from tvm_taso.search import EqsatLimits, SearchOptions, SearchStats, backtrack, eqsat, regions
-from tvm_taso.search.egraph import EGraph, EGraphView
-from tvm_taso.search.extract import Extractor
+from tvm_taso.search.eqsat.egraph import EGraph, EGraphView
+from tvm_taso.search.eqsat.extract import Extractor
 
 from .cli import block_graphs, chosen_models, write_result
 
@@ -81,11 +81,11 @@ def region_row(sub: Graph, region: eqsat.EqsatRegion) -> dict:
     eq_seconds = time.perf_counter() - t0
     # its steps again, to look inside: the saturated e-graph and extraction's own result
     eg = EGraph(region.rule_set.matching())
-    roots, original = eqsat._load(eg, sub)
+    roots, original = eqsat.load(eg, sub)
     creator: dict = {}
     sites: list = []
-    why, rounds = eqsat.saturate(eg, region.rule_set, limits, time.perf_counter() + SECONDS_PER_SEARCH,
-                                 creator, original, sites)
+    run = eqsat.Runner(eg, region.rule_set, limits).run(time.perf_counter() + SECONDS_PER_SEARCH, creator, original,
+                                                        sites)
     view = eg.view
     found = Extractor(eg, view, sub, roots, cost, creator=creator, original=original,
                       kernel_memo=region.kernel_memo, sites=sites).run(
@@ -95,7 +95,7 @@ def region_row(sub: Graph, region: eqsat.EqsatRegion) -> dict:
         "ops": backtrack.runtime_ops(sub), "cost_before": start,
         "backtrack": {"cost": bt_cost, "seconds": bt_seconds, "rules": list(bt_path)},
         "eqsat": {"cost": eq_cost, "extracted_cost": found.cost, "seconds": eq_seconds, "rules": list(eq_path),
-                  "egraph_nodes": view.size, "stopped": why.value, "rounds": rounds},
+                  "egraph_nodes": view.size, "stopped": run.stop.value, "rounds": run.rounds},
         "backtrack_ops": sum(n.op not in LEAVES for n in bt_graph.nodes.values()),
         "backtrack_ops_missing_from_egraph": missing,
     }

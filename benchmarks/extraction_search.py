@@ -29,7 +29,7 @@ from .cli import block_graphs, chosen_models, write_result
 RESULTS = Path(__file__).parent / "results"
 
 
-def run_search(gs: list, rules, cost, kind: str, limits: eqsat.EqsatLimits | None, time_limit: float):
+def run_search(gs: list, rules, cost, kind: str, limits: EqsatLimits | None, time_limit: float):
     seconds = total = 0.0
     for g in gs:
         t0 = time.perf_counter()
@@ -55,8 +55,8 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     rules, cost = default_rules(), make_cost_model("analytic", args.target)
-    known = {"default": ("default", eqsat.EqsatLimits()), "ilp": ("ilp", eqsat.EqsatLimits(ilp=True)),
-             "search": (f"search_tries={args.search_tries}", eqsat.EqsatLimits(search_tries=args.search_tries))}
+    known = {"default": ("default", EqsatLimits()), "ilp": ("ilp", EqsatLimits(ilp=True)),
+             "search": (f"search_tries={args.search_tries}", EqsatLimits(search_tries=args.search_tries))}
     settings = dict(known[k] for k in args.settings)
     rows = []
     pairs = [(size, n) for size in (("quick",) if args.quick else ("quick", "full"))

@@ -136,7 +136,7 @@ def main(argv=None) -> int:
         tensat = f" | TENSAT published {row['tensat_published_seconds']:4.1f} s" if "tensat_published_seconds" in row else ""
         tqdm.write(f"{name:14s} backtrack {b['seconds']['median']:7.2f} s {b['cost_after']:10.4f} us | "
                    f"eqsat {e['seconds']['median']:7.2f} s {e['cost_after']:10.4f} us "
-                   f"({e['search']['egraph_nodes']} e-nodes max){tensat}{cut}")
+                   f"({e['search']['eqsat']['egraph_nodes']} e-nodes max){tensat}{cut}")
     result = {"sizes": sizes, "target": args.target, "cost_model": "analytic", "time_limit": args.time_limit,
               "repeats": args.repeats,
               "note": "search seconds: medians of the repeats on this 2-core machine; TENSAT's are as published, "

@@ -25,8 +25,9 @@ from tvm_taso.ir.relax_bridge import BlockGraph  # noqa: E402
 from tvm_taso.numerics import relative_error  # noqa: E402
 from tvm_taso.rewrite.semantics import conditions_hold, match_attributes  # noqa: E402
 from tvm_taso.rewrite.rule import Get, Var, default_rules, parse_rule  # noqa: E402
-from tvm_taso.search import SearchOptions, SearchStats, check_search, egraph, ematch, eqsat, regions, search  # noqa: E402
-from tvm_taso.search.extract import Extractor  # noqa: E402
+from tvm_taso.search import EqsatLimits, SearchOptions, SearchStats, check_search, eqsat, regions, search  # noqa: E402
+from tvm_taso.search.eqsat import egraph, ematch  # noqa: E402
+from tvm_taso.search.eqsat.extract import Extractor  # noqa: E402
 
 from test_fuzz import evaluate_graph, random_module  # noqa: E402
 
@@ -40,7 +41,7 @@ COST = AnalyticCost("cuda")
 # the merges of parallel convs that take two group counts (?g, ?h)
 GROUP_COUNT_MERGES = {"merge-parallel-convs", "merge-parallel-convs-bias", "merge-parallel-convs-bias-relu",
                       "concat-of-convs-to-group-conv"}
-SMALL = eqsat.EqsatLimits(node_limit=400, rounds=3, multi_rounds=2)
+SMALL = EqsatLimits(node_limit=400, rounds=3, multi_rounds=2)
 FUZZ_SEEDS = range(8)
 
 
@@ -110,7 +111,7 @@ def test_five_matmuls_of_one_input_become_one():
     stats = SearchStats()
     new = search(g, RULES, COST, SearchOptions(time_limit=60.0, kind="eqsat"), stats=stats)
     assert [n.op for n in new.nodes.values()].count("matmul") == 1
-    assert stats.egraph_nodes < eqsat.EqsatLimits().node_limit
+    assert stats.eqsat.egraph_nodes < EqsatLimits().node_limit
     feeds = _feeds(g)
     assert relative_error(_outputs(g, feeds), _outputs(new, feeds)) <= 1e-5
 
@@ -127,7 +128,7 @@ def test_merge_filter():
     after = g.add("matmul", [(q, 0), (w, 0)], {})  # reads q's relu
     g.outputs = g.outputs + [(after, 0)]
     eg = egraph.EGraph(RULE_SET.matching())
-    _, original = eqsat._load(eg, g)
+    _, original = eqsat.load(eg, g)
     view = eg.view
     classes = {}  # operand classes -> class, of the matmuls
     for cid, e in original.items():
@@ -135,12 +136,12 @@ def test_merge_filter():
             classes[e[2]] = view.find(cid)
     mq, mk, mv = (c for reads, c in classes.items() if reads[0] == view.find(x))
     m_after = next(c for reads, c in classes.items() if reads[0] != view.find(x))
-    deps = eqsat.Dependencies(view, original)
+    deps = eqsat.runner.Dependencies(view, original)
     assert deps.allowed((mq, mk), merge=True)
     assert not deps.allowed((mq, m_after), merge=True)  # m_after reads relu(mq)
-    eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(rounds=2, multi_rounds=2), time.perf_counter() + 60, {}, original)
+    eqsat.Runner(eg, RULE_SET, EqsatLimits(rounds=2, multi_rounds=2)).run(time.perf_counter() + 60, {}, original)
     view = eg.view
-    deps = eqsat.Dependencies(view, original)
+    deps = eqsat.runner.Dependencies(view, original)
     merged = [c for c in view.classes if c not in deps.reads and view.types[c][0].shape == (1, 16, 128)
               and any(e[0] == "node" and eg.op_keys[e[1]][0] == "matmul" for e in view.classes[c])]
     assert len(merged) == 3  # qk, qv, kv: one per pair, not one per order
@@ -171,9 +172,9 @@ def test_incremental_matching_finds_what_full_matching_finds():
     """Sites read round by round (each round only egglog's new rows) are the sites read from the
     last snapshot at once."""
     eg = egraph.EGraph(RULE_SET.matching())
-    eqsat._load(eg, qkv_relu())
+    eqsat.load(eg, qkv_relu())
     first = eg.view
-    eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(rounds=1), time.perf_counter() + 60, {}, {})
+    eqsat.Runner(eg, RULE_SET, EqsatLimits(rounds=1)).run(time.perf_counter() + 60, {}, {})
     second = eg.view
     incremental = ematch.Sites(eg, RULE_SET.compiled)
     before, after = _all_sites(incremental, first), _all_sites(incremental, second)
@@ -258,8 +259,8 @@ def test_compiled_matching_finds_what_walking_the_patterns_finds(make):
     """egglog's matches of the compiled rules, checked in Python, are the sites a direct walk of
     each rule's patterns over the e-graph finds, for every rule, single- and multi-output."""
     eg = egraph.EGraph(RULE_SET.matching())
-    eqsat._load(eg, make())
-    eqsat.saturate(eg, RULE_SET, eqsat.EqsatLimits(rounds=2), time.perf_counter() + 60, {}, {})
+    eqsat.load(eg, make())
+    eqsat.Runner(eg, RULE_SET, EqsatLimits(rounds=2)).run(time.perf_counter() + 60, {}, {})
     view = eg.view
     found = _all_sites(ematch.Sites(eg, RULE_SET.compiled), view)
     compared = multi = 0
@@ -280,12 +281,59 @@ def test_symmetric_rules():
     assert not ematch.merges(by_name["split-of-split-tail"])
 
 
+def test_runner_reports_each_round_and_takes_a_scheduler():
+    """The runner says why it stopped and records each round (e-graph size after it, matches
+    checked, sites applied); a scheduler that offers no rule saturates in one round, applying
+    nothing; the search's report carries eqsat's own statistics, summed by round."""
+    g = qkv_relu()
+    with egraph.EGraph(RULE_SET.matching()) as eg:
+        _, original = eqsat.load(eg, g)
+        size = eg.view.size
+        run = eqsat.Runner(eg, RULE_SET, EqsatLimits(rounds=3)).run(time.perf_counter() + 60, {}, original)
+        assert run.stop.value in {"saturated", "round limit"} and 1 <= run.rounds <= 3
+        assert run.iterations[0].matches > 0 and run.iterations[0].applied > 0
+        assert run.iterations[0].egraph_nodes > size
+        assert [it.egraph_nodes for it in run.iterations] == sorted(it.egraph_nodes for it in run.iterations)
+
+    class Idle:
+        def round(self, k, size):
+            return []
+
+        def starve(self, rule):
+            raise AssertionError("no rule was offered")
+
+        def is_banned(self, rule, k):
+            return False
+
+        def ban(self, rule, k):
+            raise AssertionError("no rule was offered")
+
+    with egraph.EGraph(RULE_SET.matching()) as eg:
+        _, original = eqsat.load(eg, g)
+        run = eqsat.Runner(eg, RULE_SET, EqsatLimits(), scheduler=Idle()).run(time.perf_counter() + 60, {}, original)
+        assert run.stop.value == "saturated" and run.rounds == 1
+        assert run.iterations[0].applied == 0 and run.iterations[0].egraph_nodes == size
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, report = tvm_taso.optimize(examples.parallel_matmuls(seq=8, hidden=16), target="cuda",
+                                      cost_model="analytic", search="eqsat", time_limit=60, workers=1)
+    stats = report["search"]["eqsat"]
+    assert stats["rounds"] == sum(r["regions"] for r in stats["per_round"]) >= report["search"]["regions"]["eqsat"]
+    assert stats["applied"] == sum(r["applied"] for r in stats["per_round"]) > 0
+    assert stats["per_round"][0]["regions"] == report["search"]["regions"]["eqsat"]
+    assert 0 < stats["saturation_seconds"] <= report["search"]["seconds"]
+    _, report = tvm_taso.optimize(examples.parallel_matmuls(seq=8, hidden=16), target="cuda", cost_model="analytic",
+                                  search="backtrack", time_limit=60, workers=1)
+    assert "eqsat" not in report["search"]
+
+
 @pytest.mark.parametrize(
     "limits, time_limit, reason",
     [
-        (eqsat.EqsatLimits(node_limit=20), 60.0, "node limit"),
-        (eqsat.EqsatLimits(rounds=1), 60.0, "round limit"),
-        (eqsat.EqsatLimits(), 1e-4, "deadline"),
+        (EqsatLimits(node_limit=20), 60.0, "node limit"),
+        (EqsatLimits(rounds=1), 60.0, "round limit"),
+        (EqsatLimits(), 1e-4, "deadline"),
     ],
 )
 def test_limits_stop_cleanly(limits, time_limit, reason):
@@ -306,9 +354,9 @@ def test_optimize_reports_the_search():
         _, report = tvm_taso.optimize(mod, target="cuda", cost_model="analytic", search="eqsat", time_limit=60)
     assert report["search"]["kind"] == "eqsat"
     assert report["search"]["regions"]["eqsat"] >= 1
-    assert report["search"]["egraph_nodes"] > 0
+    assert report["search"]["eqsat"]["egraph_nodes"] > 0
     assert 0 < report["search"]["seconds"] <= report["search_seconds"]  # the search proper, within the whole
-    assert 0 <= report["search"]["refined"] <= report["search"]["regions"]["eqsat"]
+    assert 0 <= report["search"]["eqsat"]["refined"] <= report["search"]["regions"]["eqsat"]
     assert report["cost_after"] <= report["cost_before"]
     assert report["settings"]["search"] == "eqsat"
     assert set(report["regions_stopped"]) <= {"saturated", "node limit", "round limit", "deadline",
@@ -322,11 +370,11 @@ def test_refinement_only_lowers_the_cost_and_can_be_turned_off():
     costs = {}
     for budget in (0, 4):
         stats = SearchStats()
-        limits = eqsat.EqsatLimits(refine_budget=budget)
+        limits = EqsatLimits(refine_budget=budget)
         new = search(g, RULES, COST, SearchOptions(time_limit=60.0, kind="eqsat", eqsat=limits), stats=stats)
         costs[budget] = COST.cost(new)
         if budget == 0:
-            assert stats.refined == 0 and stats.expanded == 0
+            assert stats.eqsat.refined == 0 and stats.expanded == 0
     assert costs[4] <= costs[0] + 1e-9 < COST.cost(g)
 
 
@@ -345,9 +393,9 @@ def test_gap_diagnostic_finds_graphs_in_the_egraph():
     are named."""
     g = qkv_relu()
     eg = egraph.EGraph(RULE_SET.matching())
-    roots, original = eqsat._load(eg, g)
+    roots, original = eqsat.load(eg, g)
     creator: dict = {}
-    eqsat.saturate(eg, RULE_SET, SMALL, time.perf_counter() + 30, creator, original)
+    eqsat.Runner(eg, RULE_SET, SMALL).run(time.perf_counter() + 30, creator, original)
     assert missing_enodes(eg, eg.view, g) == []
     merged = Extractor(eg, eg.view, g, roots, COST, creator=creator, original=original, kernel_memo={}).run(time.perf_counter() + 30).graph
     assert [n.op for n in merged.nodes.values()].count("matmul") == 1
@@ -376,9 +424,9 @@ def test_extraction_search_over_rule_applications():
     for k, region in enumerate(regions.regions(g, 32)):
         sub = regions.extract(g, region).sub
         eg = egraph.EGraph(rule_set.matching())
-        roots, original = eqsat._load(eg, sub)
+        roots, original = eqsat.load(eg, sub)
         creator, sites = {}, []
-        eqsat.saturate(eg, rule_set, eqsat.EqsatLimits(), time.perf_counter() + 60, creator, original, sites)
+        eqsat.Runner(eg, rule_set, EqsatLimits()).run(time.perf_counter() + 60, creator, original, sites)
         extract = Extractor(eg, eg.view, sub, roots, COST, creator=creator, original=original, kernel_memo={},
                             sites=sites)
         local = extract.run(time.perf_counter() + 60)
@@ -391,7 +439,7 @@ def test_extraction_search_over_rule_applications():
     k, (gain, sub) = max(gains.items(), key=lambda kv: kv[1][0])
     assert gain > 1.2, gains
     stats = SearchStats()
-    with_search = eqsat.EqsatRegion(rules, COST, SearchOptions(kind="eqsat", eqsat=eqsat.EqsatLimits(search_tries=100)))(
+    with_search = eqsat.EqsatRegion(rules, COST, SearchOptions(kind="eqsat", eqsat=EqsatLimits(search_tries=100)))(
         sub, time.perf_counter() + 60, stats)
     without = eqsat.EqsatRegion(rules, COST, SearchOptions(kind="eqsat"))(sub, time.perf_counter() + 60, SearchStats())
     assert with_search[1] <= without[1] + 1e-9

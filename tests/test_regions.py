@@ -15,7 +15,7 @@ from tvm_taso.io.onnx_model import load_onnx
 from tvm_taso.ir.graph import LEAVES, Graph, weight_only
 from tvm_taso.ir.ops import TensorType
 from tvm_taso.rewrite.rule import default_rules
-from tvm_taso.search import SearchOptions, SearchStats, search
+from tvm_taso.search import SearchOptions, SearchStats, Stop, search
 from tvm_taso.search.regions import _splice_checked, extract, regions, splice
 
 DATA = Path(__file__).parent / "data"
@@ -293,3 +293,23 @@ def test_a_graph_is_swept_again_while_a_sweep_lowers_its_cost():
     total.absorb(stats, kept=True)
     total.absorb(SearchStats(sweeps=1), kept=True)
     assert total.sweeps == 2
+
+
+def test_eqsat_statistics_are_absorbed_per_engine():
+    """A worker's eqsat statistics join the run's: the largest e-graph, summed counts, and the
+    per-round records added round by round (a region of two rounds and one of three)."""
+    from tvm_taso.search.eqsat.runner import Iteration, RunReport
+
+    a, b = SearchStats(), SearchStats()
+    a.eqsat.add_run(RunReport(Stop.SATURATED, [Iteration(10, 8, 5, 2, 0.5), Iteration(14, 9, 3, 0, 0.25)]))
+    b.eqsat.add_run(RunReport(Stop.ROUND_LIMIT, [Iteration(30, 20, 7, 4, 1.0), Iteration(40, 25, 2, 1, 0.5),
+                                                 Iteration(50, 30, 1, 1, 0.5)]))
+    total = SearchStats()
+    total.absorb(a, kept=True)
+    total.absorb(b, kept=False)  # statistics are work, counted whether or not the result was kept
+    e = total.eqsat
+    assert (e.egraph_nodes, e.egraph_classes, e.rounds, e.matches, e.applied) == (50, 30, 5, 18, 8)
+    assert e.saturation_seconds == 2.75
+    assert [r["regions"] for r in e.per_round] == [2, 2, 1]
+    assert [r["matches"] for r in e.per_round] == [12, 5, 1]
+    assert a.eqsat.per_round[0]["regions"] == 1  # absorbing copies, it does not share the records

@@ -4,7 +4,7 @@ bindings (:func:`evaluate_attr`), and whether a rule's conditions hold at a site
 (:func:`conditions_hold`).
 
 Three matchers find sites of the same rules: :mod:`tvm_taso.rewrite.match` in a graph,
-:mod:`tvm_taso.search.ematch` in an e-graph and :mod:`tvm_taso.rewrite.dpl` in a Relax function.
+:mod:`tvm_taso.search.eqsat.ematch` in an e-graph and :mod:`tvm_taso.rewrite.dpl` in a Relax function.
 Each binds tensor variables to refs of the values it matched (attribute variables to values,
 under ``"@"`` + their name) and answers what conditions ask of a bound tensor through
 :class:`~tvm_taso.ir.graph.Values`, so that a rule means the same to all three.

@@ -41,13 +41,9 @@ class SearchStats:
     folded: int = field(default=0, metadata=_kept())  # weight expressions folded to constants between regions
     stopped: Counter = field(default_factory=Counter)  # Stop values: why each region's search ended
     engines: Counter = field(default_factory=Counter)  # regions searched by each search (eqsat, auto)
-    egraph_nodes: int = field(default=0, metadata={"merge": "max"})  # largest e-graph of a region
-    egraph_classes: int = field(default=0, metadata={"merge": "max"})
-    extraction_seconds: float = 0.0
-    refined: int = 0  # eqsat regions whose extracted graph a few backtracking steps improved
+    eqsat: EqsatStats = field(default_factory=lambda: EqsatStats())  # equality saturation's own
     worker_regions: int = 0  # regions whose search ran in a worker process (:mod:`.pool`)
     seconds: float = 0.0  # in the search proper: regions searched and spliced, weights folded between them
-    extraction_methods: Counter = field(default_factory=Counter)  # which extraction candidate won
     decisions: list = field(default_factory=list)  # a judge's verdict on each rewritten region
     dropped: list = field(default_factory=list)  # rewritten regions that could not be spliced back
     applied: Counter = field(default_factory=Counter, metadata=_kept())
@@ -60,19 +56,73 @@ class SearchStats:
 
     def absorb(self, other: SearchStats, kept: bool) -> None:
         """Add ``other``'s work; its results (rules, curve, rewrites) only if they were ``kept``."""
-        for f in fields(self):
-            if f.metadata.get("kept") and not kept:
-                continue
-            mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if isinstance(mine, Counter):
-                mine.update(theirs)
-            elif isinstance(mine, list):
-                mine.extend(theirs)
-            elif f.metadata.get("merge") == "max":
-                setattr(self, f.name, max(mine, theirs))
-            else:
-                setattr(self, f.name, mine + theirs)
+        _absorb(self, other, kept)
 
     def forget_results(self) -> None:
         """Drop the results (rules applied, curve, rewrites): the search's graph was not used."""
         self.applied, self.rewrites, self.curve = Counter(), [], []
+
+
+@dataclass
+class EqsatStats:
+    """What equality saturation did, over the regions it searched: the largest e-graph, its
+    rounds (:class:`~tvm_taso.search.eqsat.runner.Iteration` records summed by round number:
+    ``per_round[k]`` is round ``k`` over every region that ran it), extraction and refinement."""
+
+    egraph_nodes: int = field(default=0, metadata={"merge": "max"})  # largest e-graph of a region
+    egraph_classes: int = field(default=0, metadata={"merge": "max"})
+    rounds: int = 0
+    matches: int = 0  # structural matches egglog recorded and Python checked
+    applied: int = 0  # sites applied
+    saturation_seconds: float = 0.0
+    extraction_seconds: float = 0.0
+    extraction_methods: Counter = field(default_factory=Counter)  # which extraction candidate won
+    refined: int = 0  # regions whose extracted graph a few backtracking steps improved
+    per_round: list = field(default_factory=list, metadata={"merge": "by index"})
+
+    def add_run(self, run) -> None:
+        """Count one region's saturation (a :class:`~tvm_taso.search.eqsat.runner.RunReport`)."""
+        self.rounds += run.rounds
+        for k, it in enumerate(run.iterations):
+            self.egraph_nodes = max(self.egraph_nodes, it.egraph_nodes)
+            self.egraph_classes = max(self.egraph_classes, it.egraph_classes)
+            self.matches += it.matches
+            self.applied += it.applied
+            self.saturation_seconds += it.seconds
+            if k == len(self.per_round):
+                self.per_round.append({"regions": 0, "matches": 0, "applied": 0, "seconds": 0.0})
+            for key, value in (("regions", 1), ("matches", it.matches), ("applied", it.applied),
+                               ("seconds", it.seconds)):
+                self.per_round[k][key] += value
+
+    def to_json(self) -> dict:
+        return {"egraph_nodes": self.egraph_nodes, "egraph_classes": self.egraph_classes, "rounds": self.rounds,
+                "matches": self.matches, "applied": self.applied, "saturation_seconds": self.saturation_seconds,
+                "extraction_seconds": self.extraction_seconds, "extraction": dict(self.extraction_methods),
+                "refined": self.refined, "per_round": self.per_round}
+
+
+def _absorb(mine_stats, other, kept: bool) -> None:
+    """Add ``other``'s fields to ``mine_stats``'s (numbers add up; ``merge="max"``: the largest;
+    ``"by index"``: lists of counters added item by item; counters and other lists joined; a
+    nested record absorbed alike); fields marked ``kept`` only if ``other``'s results were."""
+    for f in fields(mine_stats):
+        if f.metadata.get("kept") and not kept:
+            continue
+        mine, theirs = getattr(mine_stats, f.name), getattr(other, f.name)
+        if isinstance(mine, EqsatStats):
+            _absorb(mine, theirs, kept)
+        elif isinstance(mine, Counter):
+            mine.update(theirs)
+        elif f.metadata.get("merge") == "by index":
+            for k, entry in enumerate(theirs):
+                if k == len(mine):
+                    mine.append(dict.fromkeys(entry, 0))
+                for key, value in entry.items():
+                    mine[k][key] += value
+        elif isinstance(mine, list):
+            mine.extend(theirs)
+        elif f.metadata.get("merge") == "max":
+            setattr(mine_stats, f.name, max(mine, theirs))
+        else:
+            setattr(mine_stats, f.name, mine + theirs)

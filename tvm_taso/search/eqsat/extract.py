@@ -47,7 +47,7 @@ import numpy as np
 from tvm_taso.cost.model import CostModel, Kernel
 from tvm_taso.ir import ops
 from tvm_taso.ir.graph import LEAVES, Graph
-from tvm_taso.search.egraph import EGraph, EGraphView
+from tvm_taso.search.eqsat.egraph import EGraph, EGraphView
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Extractor:
         self.rewrites = self._rewrites(sites)
 
     def _rewrites(self, sites) -> list[dict]:
-        """Each recorded rule application's target (:class:`tvm_taso.search.ematch.Applier`) as
+        """Each recorded rule application's target (:class:`tvm_taso.search.eqsat.ematch.Applier`) as
         choices, class -> e-node, in the final classes; each distinct one once."""
         found: dict[frozenset, dict] = {}
         find, class_of = self.view.find, self.view.class_of

@@ -24,7 +24,7 @@ from tvm_taso.ir.graph import normal_node
 from tvm_taso.ir.ops import OpError, TensorType
 from tvm_taso.rewrite.rule import Call, Get, Op, Rule, Scalar, Tup, Var
 from tvm_taso.rewrite.semantics import EVALUATION_ERRORS, attributes_matched, computes, conditions_hold, evaluate_attr, merged
-from tvm_taso.search.egraph import EGraph, EGraphView, node_term
+from tvm_taso.search.eqsat.egraph import EGraph, EGraphView, node_term
 
 
 class Shapes:
@@ -549,8 +549,8 @@ class Sites:
         its smallest member), each once, in order: by root classes (in :func:`match_order`),
         then variables and ops, so that a round cut short applies the same sites whatever
         round each was found in."""
-        n, canonical = len(part.roots) + len(part.variables), self.view.canonical
-        return sorted({tuple(canonical[c] for c in row[:n]) + row[n:] for row in rows})
+        n, named = len(part.roots) + len(part.variables), self.view.canonical.__getitem__
+        return sorted({tuple(map(named, row[:n])) + row[n:] for row in rows})
 
     def _site(self, compiled: CompiledRule, parts, rows, accept) -> tuple[tuple[int, ...], dict] | None:
         """The site of one row per part: (roots, bindings), or None where a check fails (the
