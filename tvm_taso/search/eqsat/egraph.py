@@ -72,6 +72,8 @@ _SCHEMA = """
 (constructor L (i64) TL)
 (union (L -1) (Nil))
 (relation Fits (i64 i64))
+(relation Orig (T))
+(relation AddOrig (i64))
 (relation AddLeaf (i64 i64))
 (relation AddN0 (i64 i64 i64))
 (relation AddN1 (i64 i64 i64 i64))
@@ -93,12 +95,13 @@ _SCHEMA = """
 (rule ((AddNode r op k l)) ((union (Ref r) (Node op k (L l)))) :ruleset load)
 (rule ((AddGet r t i)) ((union (Ref r) (Get (Ref t) i))) :ruleset load)
 (rule ((Unite a b)) ((union (Ref a) (Ref b))) :ruleset load)
+(rule ((AddOrig r)) ((Orig (Ref r))) :ruleset load)
 (ruleset read)
 (ruleset match)
 """
 
 # the load relations a batch fills (and Fits), in the order egglog reads them
-LOADED = ("Fits", "AddLeaf", "AddN0", "AddN1", "AddN2", "AddN3", "AddN4", "AddCons", "AddNode", "AddGet", "Unite")
+LOADED = ("Fits", "AddOrig", "AddLeaf", "AddN0", "AddN1", "AddN2", "AddN3", "AddN4", "AddCons", "AddNode", "AddGet", "Unite")
 
 OP_NUMBERS = {op: k for k, op in enumerate(sorted(OPS))}  # an e-node's op, its term's first argument
 MAX_FLAT_ARITY = 4  # e-nodes of up to this many operands are one row (N0 ... N4); others a list
@@ -257,6 +260,11 @@ class EGraph:
     def union(self, a: int, b: int) -> None:
         self._batch["Unite"].append((a, b))
         self._facts += 1
+
+    def mark_loaded(self) -> None:
+        """State ``(Orig c)`` for the class of every term named so far: the input graph's
+        values, as the rules' merge filter reads them (:func:`.ematch.original_roots`)."""
+        self._batch["AddOrig"].extend((ref,) for ref in range(self._next_ref))
 
     @property
     def pending(self) -> int:

@@ -250,7 +250,10 @@ class Applier:
 #   CONDITIONS      the rule's conditions over shapes (:func:`conditions_hold`);
 #   JOIN            roots that share no tensor variable (two transposes anywhere) are matched
 #                   apart and paired here, lazily: egglog would build every pair;
-# and, in :mod:`.eqsat`, the dependency filters of multi-output sites (cycles, repeated merges).
+# and, in :mod:`.runner`, the dependency filters of multi-output sites (cycles, repeated merges).
+# Of those filters, egglog states one (ORIGINAL_ROOTS, :func:`original_roots`): a merge's roots
+# are not all made by the rules, so egglog does not build the pairs of merged values that the
+# e-graph's growth would otherwise multiply, only for Python to reject them.
 
 RELATION = "{relation}"  # in a compiled program, where its relation's name goes
 
@@ -295,6 +298,21 @@ def fit_key(pat: Op) -> tuple | None:
         return x
 
     return (pat.op, tuple((name, renamed(v)) for name, v in pat.attrs))
+
+
+def original_roots(rule: Rule) -> list[tuple[int, ...]]:
+    """ORIGINAL_ROOTS: for a merge (:func:`merges`), the sets of its roots of which one must be
+    all of the input graph's classes (``Orig``, :meth:`.egraph.EGraph.mark_loaded`) for a site to
+    be offered; none for other rules. Merges grow one input value at a time (the runner's
+    ``Dependencies.redundant``): of a merge's roots at most one is a class the rules made. For a
+    symmetric rule, whose roots come in increasing class order, that one is the last, and the
+    rules' classes are numbered after the input graph's: its first root is the input graph's."""
+    if not merges(rule):
+        return []
+    if symmetric(rule):
+        return [(0,)]
+    roots = range(len(rule.src))
+    return [tuple(j for j in roots if j != i) for i in roots]
 
 
 def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[CompiledRule, list[str]]:
@@ -365,6 +383,8 @@ def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[Co
                     for f in op_at(root.expr if isinstance(root, Get) else root, f"r{i}", len(roots) > 1)]
         distinct = [f"(!= r{i} r{j})" for a, i in enumerate(roots) for j in roots[a + 1:]]
         ways = [w + distinct for w in ways]
+        if len(roots) == len(rule.src) > 1 and original_roots(rule):  # one part: all its roots here
+            ways = [w + [f"(Orig r{j})" for j in needed] for w in ways for needed in original_roots(rule)]
         part_vars = sorted(set().union(*(used[i][0] for i in roots)))
         part_ops = sorted(j for i in roots for j in used[i][1])
         columns = [f"r{i}" for i in roots] + [f"v{k}" for k in part_vars] + [f"k{j}" for j in part_ops]

@@ -52,6 +52,7 @@ def load(eg: EGraph, sub: Graph) -> tuple[list[int], dict]:
     for src, i in sub.outputs:
         if (src, i) not in ref:
             ref[(src, i)] = eg.add_get(tuples[src], i, sub.nodes[src].types[i])
+    eg.mark_loaded()
     view = eg.commit()
     roots = [view.find(ref[r]) for r in sub.outputs]
     original: dict = {}
