@@ -4,6 +4,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -29,9 +30,19 @@ def _without_timings(report):
     return report
 
 
+def _fork_server_started():
+    """The process's fork server up (it imports TVM once, for every pool after it): workers then
+    start in well under a second, while the search goes on without them meanwhile."""
+    pool = RegionPool([], AnalyticCost("cuda"), SearchOptions(workers=2), 1)
+    pool.start()
+    pool.wait(120)
+    pool.close()
+
+
 @pytest.mark.parametrize("name, search_kind", [("resnext50", "backtrack"), ("resnet50", "eqsat")])
 def test_two_workers_find_what_one_finds(name, search_kind):
     model = tvm_taso.load_onnx(models.build(name, quick=True), name=name)
+    _fork_server_started()
     results = {}
     for workers in (1, 2):
         options = SearchOptions(time_limit=600, kind=search_kind, workers=workers, region_size=4)
@@ -92,3 +103,16 @@ def test_workers_out_of_range_are_one_line():
     out = subprocess.run([sys.executable, "-m", "tvm_taso.cli", "optimize", "m.onnx", "-o", "o.onnx", "-j", "0"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "--jobs" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_pool_closed_while_starting_does_not_wait_for_it():
+    """A search that ends before its workers are up (the fork server still importing TVM) does
+    not wait for them: closing returns at once, and the workers started are stopped."""
+    pool = RegionPool([], AnalyticCost("cuda"), SearchOptions(workers=2), 1)
+    started = time.perf_counter()
+    pool.start()
+    assert pool.free() == 0  # nothing is handed to a worker that is not up
+    pool.close()
+    assert time.perf_counter() - started < 1.0
+    pool._starter.join(120)
+    assert pool._executor is None

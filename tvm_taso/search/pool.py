@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import pickle
 import sys
+import threading
 import time
 import types
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -118,6 +119,9 @@ class RegionPool:
         self.workers = workers
         self._payload = pickle.dumps((rules, cost, options))
         self._executor: ProcessPoolExecutor | None = None
+        self._starter: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
         self._started: list[Future] = []  # one trivial task per worker: done once workers run
         self._busy: list[Future] = []
         self.broken = False
@@ -146,20 +150,40 @@ class RegionPool:
         return RegionPool(rules, cost, options, workers - 1)  # this process searches too
 
     def start(self) -> None:
-        """Start the workers (a fork server imports the search once per process; each worker is
-        handed the rules, the cost model and the options once)."""
-        if self._executor is not None or self.broken:
+        """Start the workers, in the background (a fork server imports the search once per
+        process, and a worker's start waits for it: seconds of importing TVM, during which this
+        process searches on; each worker is handed the rules, the cost model and the options
+        once)."""
+        if self._starter is not None or self.broken:
             return
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["tvm"])  # not egglog: it starts a thread, and workers are forked
-        self._executor = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker,
-                                             initargs=(self._payload,))
-        with _main_module_hidden():  # each submit starts a worker while there is none idle
-            self._started = [self._executor.submit(_ready) for _ in range(self.workers)]
+        self._starter = threading.Thread(target=self._start, name="tvm-taso-region-pool", daemon=True)
+        self._starter.start()
+
+    def _start(self) -> None:
+        try:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["tvm"])  # not egglog: it starts a thread, and workers are forked
+            executor = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker,
+                                           initargs=(self._payload,))
+            with _main_module_hidden():  # each submit starts a worker while there is none idle
+                self._started = [executor.submit(_ready) for _ in range(self.workers)]
+        except Exception:  # noqa: BLE001 - no worker: the regions are searched in this process
+            log.debug("the region workers did not start", exc_info=True)
+            self._broke()
+            return
+        with self._lock:  # handed over last: the pool is used once it is whole
+            if self._closed:  # the search ended while the workers started
+                executor.shutdown(wait=False, cancel_futures=True)
+            else:
+                self._executor = executor
 
     def wait(self, timeout: float | None = None) -> None:
         """Until the workers :meth:`start` started run (or ``timeout`` seconds pass)."""
-        concurrent.futures.wait(self._started, timeout)
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        if self._starter is not None:
+            self._starter.join(timeout)
+        left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+        concurrent.futures.wait(self._started, left)
 
     def free(self) -> int:
         """Workers started and idle: a region handed to one now starts at once."""
@@ -204,6 +228,8 @@ class RegionPool:
         self.broken = True
 
     def close(self) -> None:
+        with self._lock:  # a pool still starting is stopped by its starter once started
+            self._closed = True
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
