@@ -11,6 +11,7 @@ search times are labelled as published (other hardware: TENSAT's own machine, no
 
     python -m benchmarks.search_compare --quick     # tiny models: results/search_compare_quick.json
     python -m benchmarks.search_compare             # full sizes: results/search_compare_full.json
+    python -m benchmarks.search_compare -j 1 -o benchmarks/results/search_compare_full_j1.json
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import tvm_taso
 from tvm_taso.io.onnx_import import import_relax
+from tvm_taso.search.pool import default_workers
 
 from .cli import chosen_models, write_result
 from .models import build
@@ -42,7 +44,7 @@ def _spread(times: list[float]) -> dict:
     return {"median": statistics.median(times), "q1": q[0], "q3": q[2], "all": times}
 
 
-def compare(name: str, quick: bool, time_limit: float, target: str, repeats: int) -> dict:
+def compare(name: str, quick: bool, time_limit: float, target: str, repeats: int, workers: int | None = None) -> dict:
     mod = import_relax(build(name, quick=quick))  # the Relax path (as benchmarks.run)
     row: dict = {"model": name}
     times: dict = {kind: [] for kind in SEARCHES}
@@ -51,7 +53,7 @@ def compare(name: str, quick: bool, time_limit: float, target: str, repeats: int
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 _, report = tvm_taso.optimize(mod, target=target, cost_model="analytic", time_limit=time_limit,
-                                              search=kind)
+                                              search=kind, workers=workers)
             times[kind].append(report["search"]["seconds"])
             if kind in row and row[kind]["cost_after"] != report["cost_after"]:
                 row[kind]["cost_differs_between_repeats"] = True
@@ -119,6 +121,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each search per model (median quoted)")
     parser.add_argument("--target", default="cuda")
     parser.add_argument("--only", nargs="*", help="model names (default all eight)")
+    parser.add_argument("-j", "--workers", type=int, help="processes searching regions (default: as optimize, the cores)")
     parser.add_argument("-o", "--output", help="default: results/search_compare_{quick,full}.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -129,7 +132,7 @@ def main(argv=None) -> int:
     names = chosen_models(parser, args.only)
     rows = []
     for name in tqdm(names, desc="search_compare", unit="model"):
-        row = compare(name, args.quick, args.time_limit, args.target, args.repeats)
+        row = compare(name, args.quick, args.time_limit, args.target, args.repeats, args.workers)
         rows.append(row)
         b, e = row["backtrack"], row["eqsat"]
         cut = " (cut short by --time-limit)" if b["cut_short"] or e["cut_short"] else ""
@@ -138,7 +141,7 @@ def main(argv=None) -> int:
                    f"eqsat {e['seconds']['median']:7.2f} s {e['cost_after']:10.4f} us "
                    f"({e['search']['eqsat']['egraph_nodes']} e-nodes max){tensat}{cut}")
     result = {"sizes": sizes, "target": args.target, "cost_model": "analytic", "time_limit": args.time_limit,
-              "repeats": args.repeats,
+              "repeats": args.repeats, "workers": args.workers or default_workers(),
               "note": "search seconds: medians of the repeats on this 2-core machine; TENSAT's are as published, "
                       "on other hardware", "models": rows, "summary": summary(rows)}
     write_result(output, result)

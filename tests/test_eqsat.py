@@ -153,10 +153,10 @@ def test_merge_filter():
     assert not deps.allowed((merged[0], merged[1]), merge=True)
 
 
-def _all_sites(found: ematch.Sites, view) -> dict[str, set]:
+def _all_sites(found: ematch.Sites, view, loaded=None) -> dict[str, set]:
     """Every site ``found`` offers on ``view`` (each rule's whole backlog), by rule, its classes
-    as ``view`` names them."""
-    found.update(view)
+    as ``view`` names them (``loaded``: the input graph's classes, for ORIGINAL_ROOTS)."""
+    found.update(view, loaded)
     out = {}
     for rule in RULES:
         out[rule.name] = {_renamed(view, site) for site in found.of(RULE_SET.compiled[id(rule)])}
@@ -268,8 +268,8 @@ def test_compiled_matching_finds_what_walking_the_patterns_finds(make):
     # every site (a merge applied would leave its pairs' rows in the rounds before)
     eqsat.Runner(eg, RULE_SET, EqsatLimits(rounds=2)).run(time.perf_counter() + 60, {}, {})
     view = eg.view
-    found = _all_sites(ematch.Sites(eg, RULE_SET.compiled), view)
     loaded = {view.find(c) for c in original}
+    found = _all_sites(ematch.Sites(eg, RULE_SET.compiled), view, loaded)
     compared = multi = 0
     for rule in RULES:
         expected = _reference_sites(eg, view, rule, loaded)

@@ -280,6 +280,7 @@ class CompiledRule:
     variables: tuple[str, ...]
     ops: tuple[Op, ...]
     parts: tuple[Part, ...]
+    needs: tuple[tuple[int, ...], ...] = ()  # :func:`original_roots`
 
 
 def fit_key(pat: Op) -> tuple | None:
@@ -368,6 +369,7 @@ def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[Co
         return [head + w for w in arg_ways]
 
     order = match_order(rule)
+    needs = tuple(original_roots(rule))
     used: dict[int, list] = {}  # root -> [its variables, its ops]
     for i in order:
         number(rule.src[i], i, used)
@@ -383,8 +385,8 @@ def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[Co
                     for f in op_at(root.expr if isinstance(root, Get) else root, f"r{i}", len(roots) > 1)]
         distinct = [f"(!= r{i} r{j})" for a, i in enumerate(roots) for j in roots[a + 1:]]
         ways = [w + distinct for w in ways]
-        if len(roots) == len(rule.src) > 1 and original_roots(rule):  # one part: all its roots here
-            ways = [w + [f"(Orig r{j})" for j in needed] for w in ways for needed in original_roots(rule)]
+        if len(roots) == len(rule.src) > 1 and needs:  # one part: all its roots here
+            ways = [w + [f"(Orig r{j})" for j in needed] for w in ways for needed in needs]
         part_vars = sorted(set().union(*(used[i][0] for i in roots)))
         part_ops = sorted(j for i in roots for j in used[i][1])
         columns = [f"r{i}" for i in roots] + [f"v{k}" for k in part_vars] + [f"k{j}" for j in part_ops]
@@ -396,7 +398,7 @@ def compile_rule(rule: Rule, op_number, fit_number=lambda pat: None) -> tuple[Co
         lines.append(f"(rule (({RELATION} {' '.join(columns)})) ((delete ({RELATION} {' '.join(columns)}))) :ruleset read)")
         parts.append(Part(RELATION, tuple(roots), tuple(part_vars), tuple(part_ops)))
         programs.append("\n".join(lines))
-    return CompiledRule(rule, tuple(variables), tuple(ops_in_order), tuple(parts)), programs
+    return CompiledRule(rule, tuple(variables), tuple(ops_in_order), tuple(parts), needs), programs
 
 
 def _connected(order: tuple[int, ...], variables: dict[int, set]) -> list[list[int]]:
@@ -438,7 +440,7 @@ def compile_rules(rules: list[Rule], op_number) -> tuple[dict[int, CompiledRule]
                 relation = relation_of[text] = f"M{len(relation_of)}"
                 programs.append((relation, len(part.roots) + len(part.variables), text.replace(RELATION, relation)))
             parts.append(Part(relation, part.roots, part.variables, part.ops))
-        compiled[id(rule)] = CompiledRule(rule, c.variables, c.ops, tuple(parts))
+        compiled[id(rule)] = CompiledRule(rule, c.variables, c.ops, tuple(parts), c.needs)
     return compiled, programs, fits
 
 
@@ -460,9 +462,11 @@ class Sites:
         # relation of a JOIN part -> every row read so far (the other relations' rows live in backlogs)
         self._rows: dict[str, list] = {part.relation: [] for key in self._done for part in compiled[key].parts}
 
-    def update(self, view: EGraphView) -> None:
-        """Read a new snapshot: its new rows join the backlogs, renamed to the classes now."""
-        self.view, self.shapes = view, Shapes(self.eg, view)
+    def update(self, view: EGraphView, loaded: set | None = None) -> None:
+        """Read a new snapshot: its new rows join the backlogs, renamed to the classes now.
+        ``loaded``: the input graph's classes now, for ORIGINAL_ROOTS in JOIN rules (egglog
+        states it for rules of one part)."""
+        self.view, self.shapes, self.loaded = view, Shapes(self.eg, view), loaded
         self._attributed_now: dict = {}
         for relation, rows in self._rows.items():
             rows.extend(view.rows.get(relation, ()))
@@ -541,7 +545,10 @@ class Sites:
         Worked out once per snapshot."""
         key = (id(compiled.rule), k)
         if key not in self._attributed_now:
-            self._attributed_now[key] = self._attributed_rows(compiled, compiled.parts[k])
+            rows, names, names_any = self._attributed_rows(compiled, compiled.parts[k])
+            if self.loaded is not None and len(compiled.needs) == 1 and compiled.needs[0] == compiled.parts[k].roots:
+                rows = [(row, env) for row, env in rows if row[0] in self.loaded]  # ORIGINAL_ROOTS
+            self._attributed_now[key] = rows, names, names_any
         return self._attributed_now[key]
 
     def _attributed_rows(self, compiled: CompiledRule, part: Part) -> tuple[list, set, set]:
