@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from .cli import chosen_models, write_result
+from .search_ab import commit_of, run_in_tree
 
 RESULTS = Path(__file__).parent / "results"
 HERE = Path(__file__).resolve().parent.parent
@@ -59,13 +58,7 @@ print(json.dumps({"cost_after": report["cost_after"], "seconds": seconds, "tvm_t
 
 
 def profile(tree: Path, name: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", _CHILD, name, json.dumps(PHASES)], capture_output=True, text=True,
-                         env=env, cwd=tree, check=True)
-    row = json.loads(out.stdout.strip().splitlines()[-1])
-    if not row.pop("tvm_taso").startswith(str(tree)):
-        raise RuntimeError(f"the child imported tvm_taso from outside {tree}")
-    return row
+    return run_in_tree(tree, _CHILD, name, json.dumps(PHASES))
 
 
 def main(argv=None) -> int:
@@ -80,16 +73,12 @@ def main(argv=None) -> int:
         row = {"model": name, **{side: profile(tree, name) for side, tree in trees.items()}}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    commit = ""
-    if args.before:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=args.before).stdout.strip()
     top = {row["model"]: max((k for k in PHASES if k not in ("search proper", "saturation")),
                              key=lambda k: row["after"]["seconds"][k]) for row in rows}
     result = {"how": "one run per model and tree, full size, search='eqsat', workers=1, analytic cost for cuda, "
                      "under cProfile (cumulative seconds; phases overlap: matching checks and applying are within "
                      "saturation, pricing within extraction and refinement); a measurement on this 2-core machine",
-              "before": f"commit {commit}" if commit else None, "after": "this checkout", "models": rows,
+              "before": f"commit {commit_of(args.before)}" if args.before else None, "after": "this checkout", "models": rows,
               "summary": {"largest phase (after)": top}}
     write_result(args.output, result)
     return 0

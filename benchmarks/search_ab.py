@@ -43,14 +43,27 @@ print(json.dumps({"seconds": report["search"]["seconds"], "cost_after": report["
 """
 
 
-def run_once(tree: Path, name: str, search: str, workers: int, quick: bool) -> dict:
+def run_in_tree(tree: Path, code: str, *args: str) -> dict:
+    """Run ``code`` (which prints one JSON object with ``tvm_taso.__file__`` as ``"tvm_taso"``
+    last) in a fresh process with ``tree`` first on ``PYTHONPATH``; the object, checked to come
+    from that tree."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", _CHILD, name, search, str(workers), "quick" if quick else "full"],
-                         capture_output=True, text=True, env=env, cwd=tree, check=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=tree,
+                         check=True)
     row = json.loads(out.stdout.strip().splitlines()[-1])
     if not row.pop("tvm_taso").startswith(str(tree)):
         raise RuntimeError(f"the child imported tvm_taso from outside {tree}")
     return row
+
+
+def commit_of(tree: Path) -> str:
+    """The short commit a source tree is checked out at."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=tree).stdout.strip()
+
+
+def run_once(tree: Path, name: str, search: str, workers: int, quick: bool) -> dict:
+    return run_in_tree(tree, _CHILD, name, search, str(workers), "quick" if quick else "full")
 
 
 def markdown(result: dict) -> str:
@@ -103,10 +116,8 @@ def main(argv=None) -> int:
             **({"median_seconds_tensat_models": {side: statistics.median(r[side]["seconds"] for r in tensat)
                                                  for side in trees}} if tensat else {}),
         }
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=args.before).stdout.strip()
     result = {"search": args.search, "sizes": "quick" if args.quick else "full", "repeats": args.repeats,
-              "before": f"commit {commit}", "after": "this checkout",
+              "before": f"commit {commit_of(args.before)}", "after": "this checkout",
               "how": "each run a fresh process, the trees alternating per model and worker count; analytic cost "
                      "for cuda; seconds in the search proper; a measurement on this 2-core machine",
               "models": rows, "summary": summary}
