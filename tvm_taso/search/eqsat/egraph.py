@@ -26,9 +26,7 @@ import functools
 import importlib.util
 import logging
 import os
-import shutil
 import tempfile
-import weakref
 from dataclasses import dataclass, field
 
 from tvm_taso.ir.ops import OPS, TensorType
@@ -168,10 +166,6 @@ class Matching:
             self.eg.run_program(*self.eg.parse_program(program))
         self.push, self.pop = self.eg.parse_program("(push)"), self.eg.parse_program("(pop)")
         self.current: EGraph | None = None  # the e-graph pushed now (one at a time)
-        # where batches are written for egglog to read, removed with this object
-        self.folder = tempfile.mkdtemp(prefix="tvm-taso-egraph-")
-        weakref.finalize(self, shutil.rmtree, self.folder, True)
-        self.files = {relation: os.path.join(self.folder, f"{relation}.tsv") for relation in LOADED}
 
 
 class EGraph:
@@ -275,17 +269,20 @@ class EGraph:
         if self.closed:
             raise RuntimeError("the e-graph was closed (another e-graph of its Matching was made)")
         if self._facts or self.view is None:
-            reads = []
-            for relation, rows in self._batch.items():
-                if rows:
-                    path = self._matching.files[relation]
-                    with open(path, "w") as f:
-                        f.write("".join("\t".join(map(str, row)) + "\n" for row in rows))
-                    reads.append(f'(input {relation} "{path}")')
-                    rows.clear()
+            # a folder per batch, removed once egglog has read it (a worker process ends without
+            # running exit handlers, so nothing may outlive the batch)
+            with tempfile.TemporaryDirectory(prefix="tvm-taso-egraph-") as folder:
+                reads = []
+                for relation, rows in self._batch.items():
+                    if rows:
+                        path = os.path.join(folder, f"{relation}.tsv")
+                        with open(path, "w") as f:
+                            f.write("".join("\t".join(map(str, row)) + "\n" for row in rows))
+                        reads.append(f'(input {relation} "{path}")')
+                        rows.clear()
+                if reads:
+                    self._eg.run_program(*self._eg.parse_program("\n".join(reads)))
             self._facts = 0
-            if reads:
-                self._eg.run_program(*self._eg.parse_program("\n".join(reads)))
             self._eg.run_program(*self._load)
             self._eg.run_program(*self._match)
             self.view = self._read()
