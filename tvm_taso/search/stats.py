@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 
 
 class Stop(enum.Enum):
@@ -67,14 +67,11 @@ class SearchStats:
 class EqsatStats:
     """What equality saturation did, over the regions it searched: the largest e-graph, its
     rounds (:class:`~tvm_taso.search.eqsat.runner.Iteration` records summed by round number:
-    ``per_round[k]`` is round ``k`` over every region that ran it), extraction and refinement."""
+    ``per_round[k]`` is round ``k`` over every region that ran it; the totals are their sums),
+    extraction and refinement."""
 
     egraph_nodes: int = field(default=0, metadata={"merge": "max"})  # largest e-graph of a region
     egraph_classes: int = field(default=0, metadata={"merge": "max"})
-    rounds: int = 0
-    matches: int = 0  # structural matches egglog recorded and Python checked
-    applied: int = 0  # sites applied
-    saturation_seconds: float = 0.0
     extraction_seconds: float = 0.0
     extraction_methods: Counter = field(default_factory=Counter)  # which extraction candidate won
     refined: int = 0  # regions whose extracted graph a few backtracking steps improved
@@ -82,18 +79,30 @@ class EqsatStats:
 
     def add_run(self, run) -> None:
         """Count one region's saturation (a :class:`~tvm_taso.search.eqsat.runner.RunReport`)."""
-        self.rounds += run.rounds
-        for k, it in enumerate(run.iterations):
+        for it in run.iterations:
             self.egraph_nodes = max(self.egraph_nodes, it.egraph_nodes)
             self.egraph_classes = max(self.egraph_classes, it.egraph_classes)
-            self.matches += it.matches
-            self.applied += it.applied
-            self.saturation_seconds += it.seconds
-            if k == len(self.per_round):
-                self.per_round.append({"regions": 0, "matches": 0, "applied": 0, "seconds": 0.0})
-            for key, value in (("regions", 1), ("matches", it.matches), ("applied", it.applied),
-                               ("seconds", it.seconds)):
-                self.per_round[k][key] += value
+        _add_by_index(self.per_round, [{"regions": 1, "matches": it.matches, "applied": it.applied,
+                                        "seconds": it.seconds} for it in run.iterations])
+
+    def _total(self, key: str):
+        return sum(r[key] for r in self.per_round)
+
+    @property
+    def rounds(self) -> int:
+        return self._total("regions")
+
+    @property
+    def matches(self) -> int:  # structural matches egglog recorded and Python checked
+        return self._total("matches")
+
+    @property
+    def applied(self) -> int:  # sites applied
+        return self._total("applied")
+
+    @property
+    def saturation_seconds(self) -> float:
+        return self._total("seconds")
 
     def to_json(self) -> dict:
         return {"egraph_nodes": self.egraph_nodes, "egraph_classes": self.egraph_classes, "rounds": self.rounds,
@@ -102,24 +111,30 @@ class EqsatStats:
                 "refined": self.refined, "per_round": self.per_round}
 
 
+def _add_by_index(mine: list[dict], theirs: list[dict]) -> None:
+    """Add each of ``theirs`` (counters by name) to the item of ``mine`` at its index (new items
+    copied)."""
+    for k, entry in enumerate(theirs):
+        if k == len(mine):
+            mine.append(dict.fromkeys(entry, 0))
+        for key, value in entry.items():
+            mine[k][key] += value
+
+
 def _absorb(mine_stats, other, kept: bool) -> None:
     """Add ``other``'s fields to ``mine_stats``'s (numbers add up; ``merge="max"``: the largest;
-    ``"by index"``: lists of counters added item by item; counters and other lists joined; a
-    nested record absorbed alike); fields marked ``kept`` only if ``other``'s results were."""
+    ``"by index"``: :func:`_add_by_index`; counters and other lists joined; a nested record
+    absorbed alike); fields marked ``kept`` only if ``other``'s results were."""
     for f in fields(mine_stats):
         if f.metadata.get("kept") and not kept:
             continue
         mine, theirs = getattr(mine_stats, f.name), getattr(other, f.name)
-        if isinstance(mine, EqsatStats):
+        if is_dataclass(mine):
             _absorb(mine, theirs, kept)
         elif isinstance(mine, Counter):
             mine.update(theirs)
         elif f.metadata.get("merge") == "by index":
-            for k, entry in enumerate(theirs):
-                if k == len(mine):
-                    mine.append(dict.fromkeys(entry, 0))
-                for key, value in entry.items():
-                    mine[k][key] += value
+            _add_by_index(mine, theirs)
         elif isinstance(mine, list):
             mine.extend(theirs)
         elif f.metadata.get("merge") == "max":

@@ -15,7 +15,7 @@ unioned with the source's classes, only when its types are the source's (as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -462,7 +462,7 @@ class Sites:
         # relation of a JOIN part -> every row read so far (the other relations' rows live in backlogs)
         self._rows: dict[str, list] = {part.relation: [] for key in self._done for part in compiled[key].parts}
 
-    def update(self, view: EGraphView, loaded: set | None = None) -> None:
+    def update(self, view: EGraphView, loaded: Container[int] | None = None) -> None:
         """Read a new snapshot: its new rows join the backlogs, renamed to the classes now.
         ``loaded``: the input graph's classes now, for ORIGINAL_ROOTS in JOIN rules (egglog
         states it for rules of one part)."""

@@ -271,7 +271,7 @@ class Runner:
         for k in range(limits.rounds):
             started = time.perf_counter()
             dependencies = Dependencies(view, original)
-            found.update(view, set(dependencies.reads))
+            found.update(view, dependencies.reads)
             matches = sum(len(rows) for rows in view.rows.values())
             applier = Applier(eg, view, found.shapes, creator, sites)
             applied_total = 0
