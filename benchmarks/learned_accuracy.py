@@ -52,7 +52,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tvm_taso import target as targets
-from tvm_taso.cost.database import MeasurementDB, Record
+from tvm_taso.cost.database import MeasurementDB, Record, measured_target
 from tvm_taso.cost.measure import measure_kernel
 from tvm_taso.cost.model import Kernel
 from tvm_taso.cost.training import (
@@ -98,7 +98,7 @@ def measure(name: str, chosen: list[Kernel], db: MeasurementDB, target: str, arg
     cut = []
     t0 = time.perf_counter()
     for i, k in enumerate(tqdm(chosen, desc=f"measuring {name}", unit="kernel", leave=False)):
-        rec = db.get(k.key(), target)
+        rec = db.get(k.key(), measured_target(target))
         if rec is None:
             if time.perf_counter() - t0 > args.max_seconds:
                 counts["not_measured"] = len(chosen) - i
@@ -197,7 +197,7 @@ def run(args) -> dict:
     records = {}
     for ks in kernels_by_model.values():
         for k in ks:
-            rec = db.get(k.key(), target)
+            rec = db.get(k.key(), measured_target(target))
             if rec is not None and rec.ok:
                 records[k.key()] = rec
     t1 = time.perf_counter()

@@ -281,7 +281,8 @@ def bench_model(name: str, args) -> dict:
 # -- reports -----------------------------------------------------------------------------------
 
 
-def _ratio(r: dict | None) -> str:
+def ratio_text(r: dict | None) -> str:
+    """A side-by-side ratio with its quartiles, as the tables print it."""
     if not r:
         return "—"
     return f"{r['ratio']:.3f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f})"
@@ -297,7 +298,7 @@ def _peer(r: dict) -> str:
     if not peer:
         return "—"
     est = peer["cost_before_us"] / peer["cost_after_us"] if peer.get("cost_after_us") else 1.0
-    cell = f"est. {est:.3f}, {peer.get('kernels_after', '?')} kernels, {_ratio(peer.get('tvm'))}"
+    cell = f"est. {est:.3f}, {peer.get('kernels_after', '?')} kernels, {ratio_text(peer.get('tvm'))}"
     problems = [f"{name} failed ({err})" for name, err in peer.get("failed", {}).items()]
     if peer.get("error"):
         problems.append(f"build failed ({peer['error']})")
@@ -342,7 +343,7 @@ def markdown(result: dict) -> str:
         cells = [
             r["model"], f"`{cost_model}`", rounds, f"{r['params'] / 1e6:.1f} M", f"{r['import_seconds']:.1f}", f"{r['search_seconds']:.2f}",
             published, _guard_seconds(r), kept, est, kernels, _ms(r["tvm"]),
-            _ratio(r["tvm"]), _peer(r), _ms(r["ort"]), _ratio(r["ort"]), _ratio(r["ort"].get("rewrites_only")),
+            ratio_text(r["tvm"]), _peer(r), _ms(r["ort"]), ratio_text(r["ort"]), ratio_text(r["ort"].get("rewrites_only")),
             f"{max(r['check']['max_relative_error'].values()):.1e}", "yes" if r["check"]["ok"] else "**NO**",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
@@ -467,7 +468,7 @@ def summary(result: dict) -> str:
         kept = str(r["rules_applied"])
         if r.get("unchanged"):
             kept = f"none ({reverted} reverted by the guard)" if reverted else "none"
-        lines.append(f"| {r['model']} | {kept} | {est} | {_ratio(r['tvm'])} | {_ratio(r['ort'])} |")
+        lines.append(f"| {r['model']} | {kept} | {est} | {ratio_text(r['tvm'])} | {ratio_text(r['ort'])} |")
     return "\n".join(lines)
 
 

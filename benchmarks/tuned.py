@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import models
-from benchmarks.run import machine, ort_model
+from benchmarks.run import machine, ort_model, ratio_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "tuned.json"
@@ -76,10 +76,6 @@ def bench_model(name: str, args, work_dir: Path) -> dict:
     return row
 
 
-def _ratio(r: dict) -> str:
-    return f"{r['ratio']:.3f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f})"
-
-
 def table(result: dict) -> str:
     lines = ["| model | trials (original + optimized) | tuning s | untuned ms | tuned ms | tuned + taso ms | "
              "onnxruntime ms | tuned + taso vs onnxruntime | taso gain when tuned | A/A |",
@@ -92,8 +88,8 @@ def table(result: dict) -> str:
         lines.append(f"| {r['model']} | {t['original']['trials_run']} + {t['optimized']['trials_run']} | "
                      f"{t['original']['seconds'] + t['optimized']['seconds']:.0f} | {m['untuned']:.4g} | "
                      f"{m['tuned']:.4g} | {m['tuned + taso']:.4g} | {m['onnxruntime']:.4g} | "
-                     f"{_ratio(r['vs_onnxruntime']['tuned + taso'])} | {_ratio(r['taso_over_tuned'])} | "
-                     f"{_ratio(r['a_a'])} |")
+                     f"{ratio_text(r['vs_onnxruntime']['tuned + taso'])} | {ratio_text(r['taso_over_tuned'])} | "
+                     f"{ratio_text(r['a_a'])} |")
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ import tvm_taso
 from tvm_taso import examples
 from tvm_taso.cli.cost import add_cost_command
 from tvm_taso.cost.analytic import AnalyticCost
-from tvm_taso.cost.database import MeasurementDB, Record
+from tvm_taso.cost.database import MeasurementDB, Record, measured_target
 from tvm_taso.cost.factory import make_cost_model
 from tvm_taso.cost.learned import FEATURE_NAMES, LearnedCost, kernel_features, model_path
 from tvm_taso.cost.measure import MeasuredCost
@@ -34,7 +34,7 @@ from tvm_taso.ir.relax_bridge import BlockGraph
 from tvm_taso.target import canonical as canonical_target
 
 F32 = "float32"
-LLVM = canonical_target("llvm")
+LLVM = measured_target("llvm")  # what a measurement of an llvm build is keyed by
 
 
 def _conv(c=16, o=32, k=3, stride=1, groups=1, size=14) -> Kernel:

@@ -15,11 +15,10 @@ import pytest
 from benchmarks import learned_accuracy as la
 from tvm_taso import examples
 from tvm_taso.cost.analytic import AnalyticCost
-from tvm_taso.cost.database import Record
+from tvm_taso.cost.database import Record, measured_target
 from tvm_taso.cost.training import model_kernels, score_split
-from tvm_taso.target import canonical
 
-LLVM = canonical("llvm")
+LLVM = measured_target("llvm")
 # two benchmark model names stand for the two examples when the whole CLI runs
 MODEL_A, MODEL_B = "resnet50", "squeezenet1.1"
 

@@ -12,13 +12,12 @@ import pytest
 
 import tvm_taso
 from tvm_taso import examples
-from tvm_taso.cost.database import MeasurementDB
+from tvm_taso.cost.database import MeasurementDB, measured_target
 from tvm_taso.cost.model import Kernel
 from tvm_taso.cost.rpc import (LocalServer, LocalTracker, RPCMeasuredCost, RPCMeasurer, RPCPool,
                                RPCUnavailable)
 from tvm_taso.cost.worker import Worker
 from tvm_taso.ir.ops import TensorType
-from tvm_taso.target import canonical as canonical_target
 
 F32 = "float32"
 LOOPBACK = "127.0.0.1"
@@ -75,7 +74,7 @@ def test_loopback_server_measurement(server, worker):
     rec = m(k, "llvm", repeats=3, timeout=120)
     assert rec.status == "ok", rec.error
     assert math.isfinite(rec.median_us) and 0 < rec.median_us < 1e5 and len(rec.samples_us) == 3
-    assert rec.key == k.key() and rec.target == canonical_target("llvm")  # no tag for a bare server
+    assert rec.key == k.key() and rec.target == measured_target("llvm")  # no tag for a bare server
 
 
 def test_tracker_pool_and_database(server, tracker, worker, tmp_path):

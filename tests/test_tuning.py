@@ -17,6 +17,7 @@ from tvm_taso import examples
 from tvm_taso import target as targets
 from tvm_taso.cli.main import main
 from tvm_taso.cost import tuning
+from tvm_taso.cost.schedules import default_schedules
 from tvm_taso.cost.factory import make_cost_model
 
 
@@ -127,6 +128,68 @@ def test_cpu_builds_without_a_database_say_once_that_kernels_are_untuned(tmp_pat
     said = [r.getMessage() for r in caplog.records if "kernels are untuned" in r.getMessage()]
     assert len(said) == 1 and f"`tvm-taso tune {model} -o DB`, then --database DB" in said[0]
     assert all(r.levelname == "WARNING" for r in caplog.records if "untuned" in r.getMessage())
+
+
+def _plain_and_default_builds_agree(mod, sizes=None):
+    from tvm_taso.cost.kernel_build import build_pipeline
+    from tvm_taso.runtime import inputs_for, run
+
+    inputs = inputs_for(mod, sizes=sizes, seed=0)
+    plain = run(mod, inputs, "llvm", "default")
+    for got, want in zip(run(mod, inputs, "llvm", build_pipeline(targets.parse("llvm"))), plain, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _default_scheduled(mod) -> dict:
+    import tvm
+
+    from tvm_taso.cost.kernel_build import fused_module
+
+    target = targets.parse("llvm")
+    with target:
+        scheduled = default_schedules(target)(fused_module(mod, target))
+    return {gv.name_hint: f for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def test_cpu_builds_give_every_untuned_kernel_the_default_schedule():
+    """Without a database, a CPU build schedules each kernel with MetaSchedule's design-space
+    default (parallel, vectorized) instead of TVM's plain loops, and computes the same values.
+    Pools carry a custom schedule rule TVM has no CPU version of: it is dropped, not warned
+    about per kernel."""
+    mod = examples.inception_block()
+    kernels = _default_scheduled(mod)
+    assert kernels and all(f.attrs.get("tirx.is_scheduled") for f in kernels.values()), \
+        [name for name, f in kernels.items() if not f.attrs.get("tirx.is_scheduled")]
+    text = "\n".join(f.script() for f in kernels.values())
+    assert "T.parallel" in text and "T.vectorized" in text and "schedule_rule" not in text
+    _plain_and_default_builds_agree(mod)
+
+
+def test_kernels_with_symbolic_extents_stay_loops_and_build():
+    """MetaSchedule's spaces tile static extents only: a decoder's kernels over a symbolic
+    sequence keep TVM's loops (no space is forced on them), and the build computes the same."""
+    mod = examples.llama_decoder()
+    kernels = _default_scheduled(mod)
+    assert kernels and not any(f.attrs.get("tirx.is_scheduled") for f in kernels.values())
+    _plain_and_default_builds_agree(mod, sizes={"seq_len": 8})
+
+
+def test_a_tuned_kernel_keeps_its_schedule_and_the_others_get_the_default(tuned):
+    """With a database, what it tuned is applied as tuned; the default schedules only the rest."""
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+
+    from tvm_taso.cost.kernel_build import fused_module
+    from tvm_taso.io.onnx_import import import_relax
+
+    target = targets.with_cores("llvm")
+    with target:
+        applied = relax.transform.MetaScheduleApplyDatabase(work_dir=str(tuned["db"]))(
+            fused_module(import_relax(str(tuned["model"])), target))
+        both = default_schedules(target)(applied)
+    (name,) = [gv for gv, f in applied.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert tvm_ffi.structural_equal(both[name], applied[name])
 
 
 def test_a_database_is_for_the_tuned_cost_model_and_it_needs_one(tmp_path, capsys):

@@ -62,7 +62,8 @@ def verdict(builds: dict[str, CompiledModule], repeats: int, min_repeat_ms: int,
 
 
 def guard(before, after, target, repeats: int = 7) -> dict:
-    """Compile both modules with the target's default pipeline and :func:`decide` by timing
+    """Compile both modules with the target's build pipeline
+    (:func:`~tvm_taso.cost.kernel_build.build_pipeline`) and :func:`decide` by timing
     them ``repeats`` rounds. Without a device for the target the rewrite is kept unmeasured; a
     module that does not build or run is not faster (the original is kept)."""
     target = targets.parse(target)
@@ -90,7 +91,7 @@ class RegionGuard:
 
     Called by the search (``judge`` of :func:`tvm_taso.search.backtrack.search`) with the
     original region and the rewrite it chose, as graphs. Both are folded (weight-only ops are
-    constants after TVM's FoldConstant), built with the target's default pipeline
+    constants after TVM's FoldConstant), built with the target's build pipeline
     (:func:`~tvm_taso.cost.kernel_build.graph_module`: leaves are parameters, an opaque call is
     left out, being the same on both sides) and timed side by side, ``repeats`` rounds
     alternating (:func:`~tvm_taso.cost.latency.compare_builds`). The rewrite is kept when it won

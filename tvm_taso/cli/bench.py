@@ -1,4 +1,4 @@
-"""``tvm-taso bench``'s TVM side: a model compiled with TVM's default pipeline and with
+"""``tvm-taso bench``'s TVM side: a model compiled with the target's build pipeline and with
 TasoOptimize, timed side by side."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from tvm_taso.errors import InputError
 
 
 def bench(mod, inputs, target, repeat: int = 10, options=None, database=None) -> dict:
-    """Latency of ``mod`` compiled for ``target`` with the default pipeline and with the
+    """Latency of ``mod`` compiled for ``target`` with its build pipeline
+    (:func:`~tvm_taso.cost.kernel_build.build_pipeline`) and with the
     ``"taso"`` pipeline (its search settings ``options``, a :class:`SearchOptions`), both with
     the tuned kernels of the MetaSchedule ``database`` when given, timed side by side in one run;
     ``speedup`` is the median of the pairwise ratios (default / taso)."""
@@ -22,12 +23,12 @@ def bench(mod, inputs, target, repeat: int = 10, options=None, database=None) ->
     if targets.device(t) is None:
         raise InputError(f"no {t.kind.name} device on this machine to time on")
     builds = {
-        "default": CompiledModule(mod, t, inputs, build_pipeline(t, database) if database else "default"),
+        "default": CompiledModule(mod, t, inputs, build_pipeline(t, database) if database else None),
         "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(options=options, database=database)),
     }
     samples = side_by_side({k: (lambda m=m: m.time_ms(50)) for k, m in builds.items()}, repeat)
     result = {}
-    labels = {"default": "TVM default pipeline", "taso": "TVM + TasoOptimize"}
+    labels = {"default": "TVM build pipeline", "taso": "TVM + TasoOptimize"}
     for key, values in samples.items():
         result[key] = {
             "label": labels[key],

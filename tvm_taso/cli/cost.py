@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 
 from tvm_taso import target as targets
-from tvm_taso.cost.database import MeasurementDB
+from tvm_taso.cost.database import MeasurementDB, measured_target
 from tvm_taso.files import cache_dir, check_output_path
 
 
@@ -85,7 +85,7 @@ def cmd_cost_train(args) -> int:
     records = db.records()
     target = None
     if args.target:
-        target = targets.canonical(args.target)
+        target = measured_target(args.target)
         if not any(r.target == target for r in records):
             # "llvm" names every llvm record when there is just one llvm target in the database
             same = sorted({r.target for r in records if targets.kind(r.target) == targets.kind(target)})
@@ -133,7 +133,7 @@ def cmd_cost_train(args) -> int:
 
 def cmd_cost_measure(args) -> int:
     import tvm_taso
-    from tvm_taso.cost.measure import LocalMeasurer, db_target
+    from tvm_taso.cost.measure import LocalMeasurer
     from tvm_taso.cost.model import kernels
     from tvm_taso.cost.rpc.fleet import open_fleet
     from tvm_taso.cost.rpc.measurer import RPCUnavailable
@@ -153,7 +153,7 @@ def cmd_cost_measure(args) -> int:
     todo = list(dict.fromkeys(kernels(OnnxGraph(model).graph)))
     db = MeasurementDB(args.db)
     tstr = targets.canonical(args.target)
-    record_target = measurer.record_target(db_target(tstr, None))
+    record_target = measurer.record_target(measured_target(tstr))
     known = [k for k in todo if db.get(k.key(), record_target) is not None]
     new = [k for k in todo if db.get(k.key(), record_target) is None]
     bar = progress_bar("tvm-taso cost measure", "kernel", total=len(new))

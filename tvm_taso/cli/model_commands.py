@@ -119,7 +119,8 @@ def add_model_commands(sub) -> None:
     tune.set_defaults(func=cmd_tune)
 
     bench = sub.add_parser("bench", help="latency with and without TasoOptimize, side by side",
-                           description="Compile IN.onnx with TVM's default pipeline and with TasoOptimize and time "
+                           description="Compile IN.onnx with the target's build pipeline (default schedules on a CPU) and "
+                           "with TasoOptimize before it, and time "
                            "both side by side on --target; with --runtime, optimize it for onnxruntime instead and "
                            "time the original and the optimized model side by side in onnxruntime.")
     model_args(bench)
@@ -540,7 +541,7 @@ def cmd_compile(args) -> int:
     mod = _relax_module(args)
     parsed = targets.with_cores(target) if database else targets.parse(target)  # as the database was tuned
     if args.no_taso:
-        pipeline = build_pipeline(parsed, database) if database else "default"
+        pipeline = build_pipeline(parsed, database)
     else:
         pipeline = taso_pipeline(shapes=sizes, database=database)
     _step(f"compiling for {target}" + ("" if args.no_taso else " with TasoOptimize")

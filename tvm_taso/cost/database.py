@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tvm_taso import target as targets
+from tvm_taso.cost.schedules import DEFAULT_SCHEDULE
 from tvm_taso.files import cache_dir
 
 log = logging.getLogger("tvm_taso.cost.database")
@@ -50,6 +51,27 @@ def _tvm_version() -> str:
         return version("apache-tvm")
     except Exception:  # noqa: BLE001
         return ""
+
+
+def db_target(tstr: str, database: str | None) -> str:
+    """The database's target string: the canonical target, marked with the MetaSchedule database
+    when tuned schedules were applied, and on a CPU without one with the default schedules
+    kernels are built with (:func:`~tvm_taso.cost.kernel_build.build_pipeline`): tuned,
+    default-scheduled and plain-loop timings are different facts."""
+    data = json.loads(tstr)
+    if database:
+        data["taso:ms_database"] = os.path.abspath(str(database))
+    elif not targets.is_gpu(tstr):
+        data["taso:schedule"] = DEFAULT_SCHEDULE
+    else:
+        return tstr
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def measured_target(target) -> str:
+    """The target string of measurements of ``target``'s own builds (no MetaSchedule database):
+    :func:`db_target` of its canonical string."""
+    return db_target(targets.canonical(target), None)
 
 
 @dataclass

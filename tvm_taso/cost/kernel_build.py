@@ -1,5 +1,6 @@
-"""A :class:`~tvm_taso.cost.model.Kernel` as a Relax module: built for a target with its default
-pipeline (optionally with the tuned schedules of a MetaSchedule database), with inputs to run it.
+"""A :class:`~tvm_taso.cost.model.Kernel` as a Relax module: built for a target with its build
+pipeline (:func:`build_pipeline`: the target's default, default schedules on a CPU, the tuned
+schedules of a MetaSchedule database when given), with inputs to run it.
 
 Used wherever a kernel is timed: locally (:mod:`.measure`, inside a :mod:`.worker` process) and
 remotely (:mod:`.rpc`, built here and uploaded).
@@ -194,23 +195,33 @@ def fused_module(mod, target):
 
 
 def build_pipeline(target, database: str | None = None):
-    """The target's default Relax pipeline (legalize, fuse, dlight on GPUs), with the tuned
-    schedules of a MetaSchedule database (a work dir holding ``database_workload.json`` and
-    ``database_tuning_record.json``) applied after fusion when ``database`` is given."""
+    """The Relax pipeline a model is built with for ``target``: the target's default (legalize,
+    fuse, dlight on GPUs); on a CPU, whose default schedules no kernel, each kernel is given
+    MetaSchedule's design-space default after fusion (:func:`.schedules.default_schedules`). With
+    ``database`` (a work dir holding ``database_workload.json`` and
+    ``database_tuning_record.json``) its tuned schedules come first; on a CPU the kernels it
+    lacks get the default."""
     import tvm
     from tvm import relax
 
-    if database is None:
-        return relax.get_default_pipeline(target)
+    from tvm_taso.cost.schedules import default_schedules
+
+    gpu = targets.is_gpu(target)
+    if database is None and gpu:
+        try:
+            return relax.get_default_pipeline(target)
+        except (ValueError, AttributeError):  # a GPU kind TVM has no pipeline of its own for
+            return relax.get_pipeline("default")
     backend = _backend(target)
     head, tail = _split_at_fusion(target)
 
-    @tvm.transform.module_pass(opt_level=0)
+    @tvm.transform.module_pass(opt_level=0, name="TasoBuildPipeline")
     def _pipeline(mod, _ctx):
         with target:  # MetaScheduleApplyDatabase reads the target from the context when created
-            apply = relax.transform.MetaScheduleApplyDatabase(work_dir=str(database))
+            scheduling = [relax.transform.MetaScheduleApplyDatabase(work_dir=str(database))] if database else []
+            scheduling += [] if gpu else [default_schedules(target)]
             seq = tvm.transform.Sequential(
-                head + [apply] + tail + list(backend.dataflow_lower_passes(target))
+                head + scheduling + tail + list(backend.dataflow_lower_passes(target))
                 + list(backend.finalize_passes(target))
             )
             return seq(mod)

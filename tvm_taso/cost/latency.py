@@ -35,7 +35,8 @@ def _compiled(mod, target, pipeline) -> tuple[object, float]:
     its build took, taken from the last builds when one of them is the same module."""
     import tvm
     import tvm_ffi
-    from tvm import relax
+
+    from tvm_taso.cost.kernel_build import build_pipeline
 
     key = None
     if pipeline is None or isinstance(pipeline, str):
@@ -46,8 +47,7 @@ def _compiled(mod, target, pipeline) -> tuple[object, float]:
             return found[1], found[2]
     t0 = time.perf_counter()
     with target:
-        exe = tvm.compile(mod, target=target,
-                          relax_pipeline=relax.get_default_pipeline(target) if pipeline is None else pipeline)
+        exe = tvm.compile(mod, target=target, relax_pipeline=build_pipeline(target) if pipeline is None else pipeline)
     seconds = time.perf_counter() - t0
     if key is not None:
         _BUILT[key] = (mod, exe, seconds)
@@ -57,7 +57,8 @@ def _compiled(mod, target, pipeline) -> tuple[object, float]:
 
 
 class CompiledModule:
-    """``mod`` compiled for ``target`` with a Relax pipeline (None: the target's default; a name
+    """``mod`` compiled for ``target`` with a Relax pipeline (None: what a user's build runs,
+    :func:`~tvm_taso.cost.kernel_build.build_pipeline`; a name
     or a Pass), loaded on the device with its inputs. The same module built again for the same
     target and named pipeline takes the last build's executable (``compile_seconds`` is that
     build's)."""

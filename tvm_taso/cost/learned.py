@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from tvm_taso import target as targets
-from tvm_taso.cost.database import MeasurementDB, default_path
+from tvm_taso.cost.database import MeasurementDB, default_path, measured_target
 from tvm_taso.cost.model import CostModel, Kernel, kernels
 from tvm_taso.files import cache_dir, write_text_atomically
 from tvm_taso.ir import ops
@@ -242,7 +242,7 @@ def model_path(target=None) -> Path:
     """``<cache>/learned-<kind>-<digest>.json``: one model per canonical target string."""
     t = targets.canonical(target)
     kind = "".join(c for c in targets.kind(t) if c.isalnum() or c in "-_") or "target"
-    digest = hashlib.sha256(t.encode()).hexdigest()[:10]
+    digest = hashlib.sha256(measured_target(t).encode()).hexdigest()[:10]  # trained on what is measured there
     return cache_dir() / f"learned-{kind}-{digest}.json"
 
 
@@ -303,7 +303,7 @@ class LearnedCost(CostModel):
             db = measure.db
         self._db = db if isinstance(db, MeasurementDB) or db is None else MeasurementDB(db)
         self._db_default = db is None and measure is None
-        self.db_target = measure.db_target if measure is not None else self.target
+        self.db_target = measure.db_target if measure is not None else measured_target(self.target)
         self.predicted = self.db_hits = self.measured = 0
         self.predict_seconds = 0.0
         self._used = 0

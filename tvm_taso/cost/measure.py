@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -25,7 +24,7 @@ import time
 
 from tvm_taso import target as targets
 from tvm_taso.cost.analytic import AnalyticCost
-from tvm_taso.cost.database import MeasurementDB, Record
+from tvm_taso.cost.database import MeasurementDB, Record, db_target
 from tvm_taso.cost.kernel_build import MeasureError, build_kernel, kernel_inputs
 from tvm_taso.cost.model import CostModel, Kernel, kernels
 from tvm_taso.cost.worker import Worker, resolve, shared_worker, short_error
@@ -150,16 +149,6 @@ def result_record(kernel: Kernel, target: str, result: dict) -> Record:
         error=str(result.get("error") or ""),
         measured_on=str(result.get("measured_on") or ""),
     )
-
-
-def db_target(tstr: str, database: str | None) -> str:
-    """The database's target string: the canonical target, marked with the MetaSchedule database
-    when tuned schedules were applied (tuned and untuned timings are different facts)."""
-    if not database:
-        return tstr
-    data = json.loads(tstr)
-    data["taso:ms_database"] = os.path.abspath(str(database))
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 class LocalMeasurer:

@@ -21,8 +21,8 @@ from collections import Counter
 
 import numpy as np
 
-from tvm_taso import target as targets
 from tvm_taso.cost.analytic import AnalyticCost
+from tvm_taso.cost.database import measured_target
 from tvm_taso.cost.learned import FEATURE_NAMES, LearnedCost, features_matrix
 from tvm_taso.cost.model import Kernel, kernels
 from tvm_taso.ir.relax_bridge import block_graphs
@@ -135,7 +135,7 @@ def score_split(train_records, test_records, target, *, seed: int = 0, params: d
     sides must share no kernel (ValueError otherwise, as with fewer than 4 training or 1 test
     kernel). Besides the metrics: ``keys``, ``measured_us``, ``predicted_us`` and ``analytic_us``
     (the roofline scaled on the training kernels; None if it failed), one per test kernel."""
-    target = targets.canonical(target)
+    target = measured_target(target)
     tr_ks, tr_y, _ = _usable(train_records, target)
     te_ks, te_y, _ = _usable(test_records, target)
     shared = {k.key() for k in tr_ks} & {k.key() for k in te_ks}
@@ -155,8 +155,9 @@ def score_split(train_records, test_records, target, *, seed: int = 0, params: d
 
 
 def evaluate(model: "LearnedCost", records, target=None) -> dict:
-    """Spearman and median relative error of ``model`` on ``records`` (ok ones)."""
-    ks, y, _ = _usable(records, target)
+    """Spearman and median relative error of ``model`` on ``records`` (ok ones, for ``target``
+    when given)."""
+    ks, y, _ = _usable(records, None if target is None else measured_target(target))
     pred = model.predict(ks)
     return {"records": len(ks), "spearman": spearman(pred, y), "median_rel_error": median_rel_error(pred, y)}
 
@@ -187,7 +188,7 @@ def train(
             raise ValueError("no successful measurements to train on")
         target = counts.most_common(1)[0][0]
     else:
-        target = targets.canonical(target)
+        target = measured_target(target)
     t0 = time.perf_counter()
     ks, y, failed = _usable(records, target)
     if len(ks) < 4:

@@ -1,7 +1,8 @@
 """MetaSchedule tuning of a module's kernels, with a budget that reaches every task that matters.
 
-TVM 0.27's CPU pipeline legalizes and fuses but schedules nothing: an untuned CPU build runs
-plain loops. MetaSchedule tunes the fused kernels (its *tasks*: the TIR functions of
+TVM 0.27's CPU pipeline legalizes and fuses but schedules nothing; a build here gives a kernel
+no database tuned MetaSchedule's design-space default (:mod:`.schedules`), drawn, not timed.
+MetaSchedule tunes the fused kernels (its *tasks*: the TIR functions of
 :func:`~tvm_taso.cost.kernel_build.fused_module`), but spends its trials in batches of 64 per
 task, so a budget smaller than 64 × the task count tunes a few tasks and leaves the rest as
 loops. :func:`tune` instead
@@ -160,7 +161,7 @@ def untuned_notice(what_to_run: str) -> None:
     """Say once per process, in one line, that a CPU build runs untuned kernels and what to run."""
     if not getattr(untuned_notice, "said", False):
         untuned_notice.said = True
-        log.warning("kernels are untuned (TVM's CPU pipeline schedules none): %s", what_to_run)
+        log.warning("kernels are untuned (MetaSchedule's default schedules, not timed on this CPU): %s", what_to_run)
 
 
 def check_database(path) -> str:

@@ -29,9 +29,9 @@ import tempfile
 import time
 
 from tvm_taso import target as targets
-from tvm_taso.cost.database import Record
+from tvm_taso.cost.database import Record, db_target
 from tvm_taso.cost.kernel_build import MeasureError, build_kernel, kernel_inputs
-from tvm_taso.cost.measure import db_target, measurement_request, result_record, run_request
+from tvm_taso.cost.measure import measurement_request, result_record, run_request
 from tvm_taso.cost.model import Kernel
 from tvm_taso.cost.worker import Worker, short_error
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tvm_taso import target as targets
 from tvm_taso.cost.database import MeasurementDB, Record
 from tvm_taso.cost.kernel_build import MeasureError
-from tvm_taso.cost.measure import db_target
+from tvm_taso.cost.database import db_target
 from tvm_taso.cost.model import Kernel
 from tvm_taso.cost.rpc.measurer import RPCMeasurer, RPCUnavailable
 

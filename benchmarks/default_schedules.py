@@ -1,0 +1,115 @@
+"""Untuned CPU builds: TVM's plain loops against MetaSchedule's design-space default
+(:func:`tvm_taso.cost.tuning.default_schedules`, what every CPU build now gets for a kernel no
+database tuned), with and without TasoOptimize, beside onnxruntime, timed side by side in one run.
+
+    python -m benchmarks.default_schedules [--models resnet50 bert-base] [--repeats 5] [--quick]
+
+Per model, five variants timed alternating, ``--repeats`` rounds: TVM's default pipeline as
+TVM 0.27 ships it (plain loops), the build pipeline with default schedules, the same on the
+module TasoOptimize rewrote (analytic cost for this CPU), the default-schedule build made a
+second time (the A/A row: its ratio to the first is the noise) and onnxruntime on the ONNX model
+(all graph optimizations, one thread per core). Ratios are medians of per-round ratios with
+quartiles; compile seconds are one build each. Writes
+``benchmarks/results/default_schedules.json`` (``--json``) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import models
+from benchmarks.run import machine, ort_model, ratio_text
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "default_schedules.json"
+log = logging.getLogger("benchmarks.default_schedules")
+
+
+def bench_model(name: str, args) -> dict:
+    import tvm_taso
+    from tvm_taso import target as targets
+    from tvm_taso.cost.kernel_build import build_pipeline
+    from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
+    from tvm_taso.io.onnx_import import import_relax
+    from tvm_taso.runtime import inputs_for
+
+    target = targets.with_cores("llvm")
+    proto = models.build(name, args.quick)
+    original = import_relax(proto)
+    inputs = inputs_for(original, seed=0)
+    optimized, report = tvm_taso.optimize(original, target=target, cost_model="analytic", guard=False)
+    variants = {
+        "plain loops": CompiledModule(original, target, inputs, "default"),
+        "default schedules": CompiledModule(original, target, inputs, build_pipeline(target)),
+        "default schedules + taso": CompiledModule(optimized, target, inputs, build_pipeline(target)),
+        "default schedules (A/A)": CompiledModule(original, target, inputs, build_pipeline(target)),
+        "onnxruntime": ort_model(proto, inputs),
+    }
+    samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in variants.items()},
+                           args.repeats)
+    row = {"model": name, "size": "quick" if args.quick else "full", "rules_applied": report["applied"],
+           "est_speedup": report["cost_before"] / report["cost_after"] if report["cost_after"] else 1.0,
+           "compile_seconds": {k: m.compile_seconds for k, m in variants.items() if hasattr(m, "compile_seconds")},
+           "median_ms": {k: float(np.median(v)) for k, v in samples.items()}, "samples_ms": samples}
+    row["over_plain_loops"] = speedup(samples["plain loops"], samples["default schedules"])
+    row["taso_gain"] = speedup(samples["default schedules"], samples["default schedules + taso"])
+    row["a_a"] = speedup(samples["default schedules"], samples["default schedules (A/A)"])
+    row["vs_onnxruntime"] = speedup(samples["onnxruntime"], samples["default schedules + taso"])
+    for key in ("over_plain_loops", "taso_gain", "a_a", "vs_onnxruntime"):
+        row[key].pop("samples", None)
+    return row
+
+
+def table(result: dict) -> str:
+    lines = ["| model | plain loops ms | default schedules ms | + taso ms | onnxruntime ms | default over plain | "
+             "taso gain | A/A | + taso vs onnxruntime | compile s (plain, default) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {r['error']} |" + " |" * 8)
+            continue
+        m, c = r["median_ms"], r["compile_seconds"]
+        lines.append(f"| {r['model']} | {m['plain loops']:.4g} | {m['default schedules']:.4g} | "
+                     f"{m['default schedules + taso']:.4g} | {m['onnxruntime']:.4g} | {ratio_text(r['over_plain_loops'])} | "
+                     f"{ratio_text(r['taso_gain'])} | {ratio_text(r['a_a'])} | {ratio_text(r['vs_onnxruntime'])} | "
+                     f"{c['plain loops']:.1f}, {c['default schedules']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.default_schedules", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["resnet50", "bert-base"], choices=list(models.MODELS))
+    ap.add_argument("--repeats", type=int, default=5, help="timing rounds (default 5)")
+    ap.add_argument("--min-repeat-ms", type=int, default=200, help="each sample averages calls for this long")
+    ap.add_argument("--quick", action="store_true", help="the models' tiny versions")
+    ap.add_argument("--json", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    command = "python -m benchmarks.default_schedules " + " ".join(sys.argv[1:] if argv is None else argv)
+    result = {"date": datetime.date.today().isoformat(), "machine": machine(), "command": command.strip(),
+              "cores": os.cpu_count(), "settings": {k: str(v) for k, v in vars(args).items()}, "rows": []}
+    t0 = time.perf_counter()
+    for name in args.models:
+        try:
+            result["rows"].append(bench_model(name, args))
+        except Exception as err:  # noqa: BLE001 - one model's failure must not lose the others
+            log.exception("%s failed", name)
+            result["rows"].append({"model": name, "error": f"{type(err).__name__}: {err}"})
+        args.json.write_text(json.dumps(result, indent=2))
+    result["wall_seconds"] = time.perf_counter() - t0
+    args.json.write_text(json.dumps(result, indent=2))
+    print(table(result))
+    return 0 if all("error" not in r for r in result["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
