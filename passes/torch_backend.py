@@ -290,9 +290,20 @@ def _check_pure(program) -> None:
                           "x.add_(...)); the compiled graph would not")
     for node in program.graph.nodes:
         name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
-        if node.op == "call_function" and name in _RANDOM:
+        if node.op == "call_function" and name in _RANDOM and _argument(node, "train", True) is not False:
             raise Unsupported(f"the graph draws random numbers ({name}: dropout in training mode?); "
                               "call model.eval() for inference")
+
+
+def _argument(node, name: str, default):
+    """The value ``node``'s call passes for its op's argument ``name`` (``default`` when the op
+    has no such argument or the call leaves it out): ``torch.export`` keeps an inference model's
+    ``aten.dropout(x, p, train=False)``, an identity."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    schema = getattr(node.target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    return node.args[names.index(name)] if name in names and names.index(name) < len(node.args) else default
 
 
 def _written_arguments(node) -> list[int]:

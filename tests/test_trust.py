@@ -313,6 +313,18 @@ def test_dropout_in_training_mode_runs_in_eager(fresh_dynamo):
     assert 0.3 < zeros < 0.7 and said and any("random" in r for r in backend.fallbacks)
 
 
+def test_dropout_in_inference_mode_is_compiled(fresh_dynamo):
+    """``torch.export`` keeps an eval model's ``aten.dropout(x, p, train=False)`` (an identity):
+    a transformer in eval mode is compiled, not sent back to eager as if it drew random numbers."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).eval()
+    compiled, backend = _compiled(model)
+    x = torch.randn(8, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert len(backend.reports) == 1 and not backend.fallbacks
+
+
 def test_another_dtype_runs_as_eager_does(fresh_dynamo):
     from tvm_taso.passes import TasoBackend
 
