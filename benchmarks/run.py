@@ -484,6 +484,26 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
+def each_model(prog: str, args, argv, bench, path: Path) -> dict:
+    """The result of ``python -m prog``: ``bench(name)``'s row for each of ``args.models`` (a model
+    that fails is a row with its error: one model's failure must not lose the others), written to
+    ``path`` after each model and at the end, with the date, machine, command and settings."""
+    command = f"python -m {prog} " + " ".join(sys.argv[1:] if argv is None else argv)
+    result = {"date": datetime.date.today().isoformat(), "machine": machine(), "command": command.strip(),
+              "cores": os.cpu_count(), "settings": {k: str(v) for k, v in vars(args).items()}, "rows": []}
+    t0 = time.perf_counter()
+    for name in args.models:
+        try:
+            result["rows"].append(bench(name))
+        except Exception as err:  # noqa: BLE001 - a row saying why
+            log.exception("%s failed", name)
+            result["rows"].append({"model": name, "error": f"{type(err).__name__}: {err}"})
+        path.write_text(json.dumps(result, indent=2))
+    result["wall_seconds"] = time.perf_counter() - t0
+    path.write_text(json.dumps(result, indent=2))
+    return result
+
+
 # -- command line ------------------------------------------------------------------------------
 
 

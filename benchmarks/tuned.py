@@ -16,19 +16,15 @@ with quartiles. Writes ``benchmarks/results/tuned.json`` (``--json``) and prints
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import logging
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks import models
-from benchmarks.run import machine, ort_model, ratio_text
+from benchmarks.run import each_model, ort_model, ratio_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "tuned.json"
@@ -107,19 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="tvm-taso-tuned-"))
-    command = "python -m benchmarks.tuned " + " ".join(sys.argv[1:] if argv is None else argv)
-    result = {"date": datetime.date.today().isoformat(), "machine": machine(), "command": command.strip(),
-              "cores": os.cpu_count(), "settings": {k: str(v) for k, v in vars(args).items()}, "rows": []}
-    t0 = time.perf_counter()
-    for name in args.models:
-        try:
-            result["rows"].append(bench_model(name, args, work_dir))
-        except Exception as err:  # noqa: BLE001 - one model's failure must not lose the others
-            log.exception("%s failed", name)
-            result["rows"].append({"model": name, "error": f"{type(err).__name__}: {err}"})
-        args.json.write_text(json.dumps(result, indent=2))
-    result["wall_seconds"] = time.perf_counter() - t0
-    args.json.write_text(json.dumps(result, indent=2))
+    result = each_model("benchmarks.tuned", args, argv, lambda name: bench_model(name, args, work_dir), args.json)
     print(table(result))
     return 0 if all("error" not in r for r in result["rows"]) else 1
 
