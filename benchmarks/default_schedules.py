@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import models
-from benchmarks.run import each_model, ort_model, ratio_text
+from benchmarks.run import each_model, model_table, ort_model, ratio_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "default_schedules.json"
@@ -66,19 +66,16 @@ def bench_model(name: str, args) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = ["| model | plain loops ms | default schedules ms | + taso ms | onnxruntime ms | default over plain | "
-             "taso gain | A/A | + taso vs onnxruntime | compile s (plain, default) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        if "error" in r:
-            lines.append(f"| {r['model']} | failed: {r['error']} |" + " |" * 8)
-            continue
+    def cells(r):
         m, c = r["median_ms"], r["compile_seconds"]
-        lines.append(f"| {r['model']} | {m['plain loops']:.4g} | {m['default schedules']:.4g} | "
-                     f"{m['default schedules + taso']:.4g} | {m['onnxruntime']:.4g} | {ratio_text(r['over_plain_loops'])} | "
-                     f"{ratio_text(r['taso_gain'])} | {ratio_text(r['a_a'])} | {ratio_text(r['vs_onnxruntime'])} | "
-                     f"{c['plain loops']:.1f}, {c['default schedules']:.1f} |")
-    return "\n".join(lines)
+        return [f"{m['plain loops']:.4g}", f"{m['default schedules']:.4g}", f"{m['default schedules + taso']:.4g}",
+                f"{m['onnxruntime']:.4g}", ratio_text(r["over_plain_loops"]), ratio_text(r["taso_gain"]),
+                ratio_text(r["a_a"]), ratio_text(r["vs_onnxruntime"]),
+                f"{c['plain loops']:.1f}, {c['default schedules']:.1f}"]
+
+    return model_table(["model", "plain loops ms", "default schedules ms", "+ taso ms", "onnxruntime ms",
+                        "default over plain", "taso gain", "A/A", "+ taso vs onnxruntime", "compile s (plain, default)"],
+                       result["rows"], cells)
 
 
 def main(argv: list[str] | None = None) -> int:

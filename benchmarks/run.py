@@ -472,6 +472,18 @@ def summary(result: dict) -> str:
     return "\n".join(lines)
 
 
+def model_table(header: list[str], rows: list[dict], cells) -> str:
+    """A markdown table of one row per model: ``cells(row)`` gives the cells after the model's
+    name; a row holding an ``error`` says it in the second cell."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {r['error']} |" + " |" * (len(header) - 2))
+        else:
+            lines.append("| " + " | ".join([r["model"], *cells(r)]) + " |")
+    return "\n".join(lines)
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:

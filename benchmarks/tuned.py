@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import models
-from benchmarks.run import each_model, ort_model, ratio_text
+from benchmarks.run import each_model, model_table, ort_model, ratio_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "tuned.json"
@@ -73,20 +73,16 @@ def bench_model(name: str, args, work_dir: Path) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = ["| model | trials (original + optimized) | tuning s | untuned ms | tuned ms | tuned + taso ms | "
-             "onnxruntime ms | tuned + taso vs onnxruntime | taso gain when tuned | A/A |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        if "error" in r:
-            lines.append(f"| {r['model']} | failed: {r['error']} |" + " |" * 8)
-            continue
+    def cells(r):
         t, m = r["tuning"], r["median_ms"]
-        lines.append(f"| {r['model']} | {t['original']['trials_run']} + {t['optimized']['trials_run']} | "
-                     f"{t['original']['seconds'] + t['optimized']['seconds']:.0f} | {m['untuned']:.4g} | "
-                     f"{m['tuned']:.4g} | {m['tuned + taso']:.4g} | {m['onnxruntime']:.4g} | "
-                     f"{ratio_text(r['vs_onnxruntime']['tuned + taso'])} | {ratio_text(r['taso_over_tuned'])} | "
-                     f"{ratio_text(r['a_a'])} |")
-    return "\n".join(lines)
+        return [f"{t['original']['trials_run']} + {t['optimized']['trials_run']}",
+                f"{t['original']['seconds'] + t['optimized']['seconds']:.0f}", f"{m['untuned']:.4g}",
+                f"{m['tuned']:.4g}", f"{m['tuned + taso']:.4g}", f"{m['onnxruntime']:.4g}",
+                ratio_text(r["vs_onnxruntime"]["tuned + taso"]), ratio_text(r["taso_over_tuned"]), ratio_text(r["a_a"])]
+
+    return model_table(["model", "trials (original + optimized)", "tuning s", "untuned ms", "tuned ms", "tuned + taso ms",
+                        "onnxruntime ms", "tuned + taso vs onnxruntime", "taso gain when tuned", "A/A"],
+                       result["rows"], cells)
 
 
 def main(argv: list[str] | None = None) -> int:
