@@ -97,8 +97,9 @@ def measure(name: str, chosen: list[Kernel], db: MeasurementDB, target: str, arg
     counts = {"measured": 0, "db_hits": 0, "failed": 0, "not_measured": 0}
     cut = []
     t0 = time.perf_counter()
+    record_target = measured_target(target)
     for i, k in enumerate(tqdm(chosen, desc=f"measuring {name}", unit="kernel", leave=False)):
-        rec = db.get(k.key(), measured_target(target))
+        rec = db.get(k.key(), record_target)
         if rec is None:
             if time.perf_counter() - t0 > args.max_seconds:
                 counts["not_measured"] = len(chosen) - i
@@ -194,10 +195,10 @@ def run(args) -> dict:
                                   + (["max-kernels"] if len(chosen) < len(listed) else []) + counts["cut_short_by"])
         per_model[name] = {"kernels_listed": len(listed), "kernels_chosen": len(chosen), **c, **counts}
     collect_and_measure_seconds = time.perf_counter() - t0
-    records = {}
+    records, record_target = {}, measured_target(target)
     for ks in kernels_by_model.values():
         for k in ks:
-            rec = db.get(k.key(), measured_target(target))
+            rec = db.get(k.key(), record_target)
             if rec is not None and rec.ok:
                 records[k.key()] = rec
     t1 = time.perf_counter()

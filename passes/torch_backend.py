@@ -176,16 +176,14 @@ class TasoBackend:
         the database's tuned kernels when there is one."""
         import tvm
         from tvm_taso import target as targets
-        from tvm_taso.cost.kernel_build import build_pipeline
+        from tvm_taso.cost.kernel_build import build_pipeline, build_target
 
-        if self.database is not None:
-            tuned_target = targets.with_cores(target)  # the target the database was tuned for
-            return tvm.compile(mod, target=tuned_target, relax_pipeline=build_pipeline(tuned_target, self.database))
-        if not targets.is_gpu(target):
+        if self.database is None and not targets.is_gpu(target):
             from tvm_taso.cost.tuning import untuned_notice
 
             untuned_notice("`tvm-taso tune MODEL -o DB`, then torch.compile(..., options={'database': DB})")
-        return tvm.compile(mod, target=target.tvm, relax_pipeline=build_pipeline(target.tvm))
+        built_for = build_target(target, self.database)
+        return tvm.compile(mod, target=built_for, relax_pipeline=build_pipeline(built_for, self.database))
 
 
 def tvm_taso_backend(gm, example_inputs, options: dict | None = None, **mode):

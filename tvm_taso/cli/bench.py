@@ -16,10 +16,10 @@ def bench(mod, inputs, target, repeat: int = 10, options=None, database=None) ->
     ``speedup`` is the median of the pairwise ratios (default / taso)."""
     from tvm_taso import passes
     from tvm_taso import target as targets
-    from tvm_taso.cost.kernel_build import build_pipeline
+    from tvm_taso.cost.kernel_build import build_pipeline, build_target
     from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
 
-    t = targets.with_cores(target) if database else targets.parse(target)  # as the database was tuned
+    t = build_target(target, database)
     if targets.device(t) is None:
         raise InputError(f"no {t.kind.name} device on this machine to time on")
     builds = {

@@ -530,8 +530,7 @@ def _database(args, target):
 def cmd_compile(args) -> int:
     import tvm
 
-    from tvm_taso import target as targets
-    from tvm_taso.cost.kernel_build import build_pipeline
+    from tvm_taso.cost.kernel_build import build_pipeline, build_target
     from tvm_taso.passes.pipeline import taso_pipeline
 
     target = _target(args.target)
@@ -539,7 +538,7 @@ def cmd_compile(args) -> int:
     sizes = _sizes(args)
     database = _database(args, target)
     mod = _relax_module(args)
-    parsed = targets.with_cores(target) if database else targets.parse(target)  # as the database was tuned
+    parsed = build_target(target, database)
     if args.no_taso:
         pipeline = build_pipeline(parsed, database)
     else:

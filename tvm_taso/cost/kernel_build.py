@@ -194,6 +194,12 @@ def fused_module(mod, target):
         return tvm.transform.Sequential(_split_at_fusion(target)[0])(mod)
 
 
+def build_target(target, database: str | None = None):
+    """``target`` parsed for a build; with ``database``, with the cores it was tuned for
+    (:func:`~tvm_taso.target.with_cores`: a database is applied for the target it was tuned for)."""
+    return targets.with_cores(target) if database else targets.parse(target)
+
+
 def build_pipeline(target, database: str | None = None):
     """The Relax pipeline a model is built with for ``target``: the target's default (legalize,
     fuse, dlight on GPUs); on a CPU, whose default schedules no kernel, each kernel is given
