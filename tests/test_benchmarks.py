@@ -54,6 +54,7 @@ ROW_KEYS = {
 }  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_quick_harness_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("TVM_TASO_CACHE", str(tmp_path / "cache"))  # no trained models or measurements of the user's
     names = ["resnext50", "squeezenet1.1", "nasrnn"]

@@ -74,6 +74,7 @@ def test_optimize_check_reports(model_file, tmp_path):
     assert len(list(tmp_path.glob(".tvm-taso-*"))) == 0  # no temporary files left
 
 
+@pytest.mark.heavy
 def test_guard_times_regions_and_remembers_them(model_file, tmp_path):
     cache = tmp_path / "cache"
     env = dict(os.environ, TVM_TASO_CACHE=str(cache))
@@ -201,6 +202,7 @@ def test_verbose_shows_traceback(tmp_path):
     assert status != 0 and "Traceback" in stderr
 
 
+@pytest.mark.heavy
 def test_bench_side_by_side_and_wrong_input_shape(model_file, tmp_path):
     status, stdout, stderr = run_cli("bench", model_file, "--repeat", "2", "--json", tmp_path / "b.json")
     assert status == 0, stderr

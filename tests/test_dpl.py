@@ -230,6 +230,7 @@ def test_multi_root_sites_are_our_matchers_sites():
         assert compared, f"{make.__name__}: no site on either side, nothing compared"
 
 
+@pytest.mark.heavy
 def test_dpl_finds_our_matchers_sites_on_the_benchmark_models():
     """Every rule of the shipped library, on the eight benchmark models (quick sizes): DPL's
     sites (single-root patterns, roots joined on shared variables) are the matcher's, with the
@@ -286,6 +287,7 @@ def test_fold_batch_norm_at_one_site_of_conv_bn_relu():
     assert relative_error(before, after) <= 1e-4
 
 
+@pytest.mark.heavy
 def test_every_single_root_site_of_the_zoo_rewrites_and_keeps_values():
     mod = zoo()
     variants = rewrite_every_site(mod["main"], SINGLE)

@@ -354,6 +354,7 @@ def test_from_torch_takes_dynamic_shapes():
     _same_outputs(mod, new, [dict(zip(names, sizes)) for sizes in ((1, 2), (3, 11))], tolerance=1e-4)
 
 
+@pytest.mark.heavy
 def test_a_transformers_llama_with_its_kv_cache_imports_and_merges():
     """``use_cache=True``: transformers' cache starts empty and concatenates onto a ``(0,)``
     tensor, which TVM's frontend refused ("Concat expects all input tensors to have same

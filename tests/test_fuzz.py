@@ -635,6 +635,7 @@ def test_generator_is_deterministic_and_varied():
     assert sum(p.weight_param is not None for p in plans) >= 10
 
 
+@pytest.mark.heavy
 def test_optimized_modules_compute_the_same_values(fuzz_results):
     failures = []
     for seed, mod, new, report in fuzz_results:
@@ -659,6 +660,7 @@ def test_optimized_modules_compute_the_same_values(fuzz_results):
     assert not failures, f"{len(failures)} of {N_SEEDS} seeds failed: {failures}"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("seed", range(0, N_SEEDS, TVM_EVERY))
 def test_optimized_modules_compile_and_agree_in_tvm(fuzz_results, seed):
     _, mod, new, report = fuzz_results[seed]
@@ -670,6 +672,7 @@ def test_optimized_modules_compile_and_agree_in_tvm(fuzz_results, seed):
     assert rel_err(before, after) <= TOL, report["applied"]
 
 
+@pytest.mark.heavy
 def test_rewrites_actually_happen(fuzz_results):
     total = collections.Counter()
     changed = 0

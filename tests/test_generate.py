@@ -291,6 +291,7 @@ def _rule_instance(rule, seed: int = 0, tries: int = 60):
     return G, feeds
 
 
+@pytest.mark.heavy
 def test_parallel_activations_on_rank_4_tensors_are_stated():
     """``relu(a), relu(b) => split(relu(concat(a, b)))`` for NCHW tensors, on both axes merges
     concatenate along: the parallel pair of relus used to be paired with its twin through TASO's

@@ -115,6 +115,7 @@ def _outputs_agree(mod, new, tol=1e-4):
     return relative_error(runtime.run(mod, inputs, "llvm"), runtime.run(new, inputs, "llvm")) <= tol
 
 
+@pytest.mark.heavy
 def test_resnext_groups_are_merged_for_cuda():
     mod = tvm_taso.io.onnx_import.import_relax(build("resnext50", quick=True))
     without = [r for r in tvm_taso.default_rules() if r.name not in GROUP_RULES]

@@ -98,6 +98,7 @@ def examples_graph(mod):
 # -- the benchmark models ----------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(models.MODELS))
 def test_benchmark_models_agree_before_and_after(name):
     mod = import_relax(models.build(name, quick=True))
@@ -256,6 +257,7 @@ def torch_mlp_export():
     return onnx.load_from_string(f.getvalue())
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["torch-resnet18", "torch-bert", "torch-vit", "torch-mlp"])
 def test_pytorch_exported_models_agree_before_and_after(name):
     pytest.importorskip("torch")

@@ -113,6 +113,7 @@ def measured(tmp_path_factory):
     return db, train_kernels, test_kernels
 
 
+@pytest.mark.heavy
 def test_ranks_measured_kernels_of_unseen_models(measured):
     """Trained on the measured kernels of some models, the model orders the measured kernels of
     a model it never saw. Observed on this 2-core machine: Spearman 0.87-0.96 over 20 held-out

@@ -98,6 +98,7 @@ def _peak_mb(argv) -> tuple[int, str]:
     return run["peak_mb"], run["output_tail"]
 
 
+@pytest.mark.heavy
 def test_optimize_stays_within_the_import_baseline_plus_twice_the_model(tmp_path):
     """The bound of issue 29 on a 90 MB decoder with external data (the 1 B decoders and the
     zoo's largest models are in ``python -m benchmarks.memory``)."""

@@ -198,6 +198,7 @@ def test_ort_is_for_onnx_models_and_refuses_tvm_cost_models():
     assert make_cost_model("analytic", "ort").name == "analytic"
 
 
+@pytest.mark.heavy
 def test_bench_runtime_times_both_models_in_onnxruntime(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(_matmul_chains().proto, path)

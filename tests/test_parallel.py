@@ -39,6 +39,7 @@ def _fork_server_started():
     pool.close()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name, search_kind", [("resnext50", "backtrack"), ("resnet50", "eqsat")])
 def test_two_workers_find_what_one_finds(name, search_kind):
     model = tvm_taso.load_onnx(models.build(name, quick=True), name=name)

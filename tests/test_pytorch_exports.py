@@ -151,6 +151,7 @@ def test_only_rewritten_nodes_of_a_reduced_googlenet_change():
     assert check_onnx(original, new)["ok"]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("model", ["googlenet_reduced", "shufflenet_v2_reduced"])
 @pytest.mark.parametrize("search", ["backtrack", "eqsat"])
 def test_reduced_torchvision_exports_optimize_and_check(model, search):

@@ -136,6 +136,7 @@ def _two_matmuls_onnx(path) -> None:
     onnx.save(model, path)
 
 
+@pytest.mark.heavy
 def test_optimize_measures_on_a_tracker_fleet_and_a_second_run_measures_nothing(tmp_path):
     import json
     import subprocess

@@ -107,6 +107,64 @@ def test_the_tuned_cost_model_prices_from_the_database_and_scales_what_it_lacks(
     assert cost.scale == pytest.approx(tuned["first"]["tasks"][0]["best_us"] * 1e-6 / (flops / peak))
 
 
+def _add_relu(path, rows: int, width: int):
+    rng = np.random.default_rng(1)
+    b = numpy_helper.from_array(rng.standard_normal((width,)).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (rows, width))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, width))], [b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_the_tuned_cost_model_predicts_what_the_database_lacks_from_its_tuned_kernels(tmp_path):
+    """A database of two families whose tuned times sit at different distances from their FLOPs
+    at the analytic peak (matmuls 2x, adds 50x): a kernel of either family that the database
+    lacks is predicted near its own family's time, where the one scale of the fallback (their
+    median) would be far from both."""
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    import tvm_taso
+    from tvm_taso.cost.model import kernels
+    from tvm_taso.cost.tuned import MIN_WORKLOADS
+    from tvm_taso.io.onnx_bridge import OnnxGraph
+    from tvm_taso.io.onnx_import import import_relax
+
+    target = targets.with_cores("llvm")
+    ratio = {"matmul": 2.0, "add": 50.0}
+    make = {"matmul": _matmul_relu, "add": _add_relu}
+    sizes = [(8, 32), (16, 48), (32, 64), (64, 96), (16, 128)]
+    tuning.tensor_intrinsics()
+    (tmp_path / "db").mkdir()
+    db = tuning.open_database(tmp_path / "db")
+    cost = None
+    for family, build in make.items():
+        for rows, width in sizes:
+            (task,) = tuning.tasks_of(import_relax(str(build(tmp_path / f"{family}{rows}x{width}.onnx", rows, width))),
+                                      target)
+            workload = task.dispatched[0]
+            cost = cost or make_cost_model("analytic", target)
+            seconds = ratio[family] * float(estimate_tir_flops(workload)) / cost.roof.peak_flops
+            prim = next(iter(workload.functions.values()))  # an empty trace: the record's schedule is not read here
+            db.commit_tuning_record(ms.database.TuningRecord(
+                s_tir.Schedule(workload).trace, db.commit_workload(workload), [seconds], target,
+                ms.arg_info.ArgInfo.from_prim_func(prim)))
+    tuned = make_cost_model("tuned", "llvm", database=str(tmp_path / "db"))
+    assert 2 * len(sizes) >= MIN_WORKLOADS and tuned.describe()["predictor_workloads"] == 2 * len(sizes)
+    assert 2.0 < tuned.scale < 50.0  # the fallback's one scale: neither family's
+    for family, build in make.items():
+        (kernel,) = kernels(OnnxGraph(tvm_taso.load_onnx(str(build(tmp_path / f"new-{family}.onnx", 24, 80)))).graph)
+        (task,) = tuning.tasks_of(import_relax(str(tmp_path / f"new-{family}.onnx")), target)
+        truth = ratio[family] * float(estimate_tir_flops(task.dispatched[0])) / cost.roof.peak_flops * 1e6
+        assert tuned.kernel_cost(kernel) == pytest.approx(truth, rel=0.5), family
+    assert tuned.describe()["predicted"] == 2 and tuned.describe()["fallback"] == 0
+
+
 def test_trials_are_split_by_share_of_the_work_largest_first():
     tasks = tuning.tasks_of(examples.parallel_matmuls(seq=16, hidden=64), "llvm")
     plan = tuning.plan(tasks, trials=48, min_trials=8)
@@ -138,6 +196,42 @@ def _plain_and_default_builds_agree(mod, sizes=None):
     plain = run(mod, inputs, "llvm", "default")
     for got, want in zip(run(mod, inputs, "llvm", build_pipeline(targets.parse("llvm"))), plain, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_layouts_of_constants_are_folded_before_tvm_builds_them():
+    """A reshape, permute_dims, expand_dims or squeeze of a constant becomes the constant numpy
+    computes (TVM's FoldConstant would build an LLVM kernel for each); the build computes what
+    TVM's own pipeline computes."""
+    import tvm
+    from tvm import relax
+
+    from tvm_taso.cost.kernel_build import fold_constant_layouts
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((6,)).astype(np.float32)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            wt = bb.emit(relax.op.permute_dims(relax.const(w), [1, 0]))
+            y = bb.emit(relax.op.matmul(x, wt))
+            bias = bb.emit(relax.op.expand_dims(relax.op.reshape(relax.const(b), (6,)), 0))
+            z = bb.emit(relax.op.add(y, bias))
+            s = bb.emit(relax.op.squeeze(relax.op.reshape(relax.const(b), (1, 6)), [0]))
+            out = bb.emit_output(relax.op.add(z, s))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    folded = fold_constant_layouts()(mod)
+    calls = []
+    relax.analysis.post_order_visit(folded["main"], lambda e: calls.append(e.op.name) if isinstance(e, relax.Call)
+                                    and isinstance(e.op, tvm.ir.Op) else None)
+    assert sorted(calls) == ["relax.add", "relax.add", "relax.matmul"]
+    constants = []
+    relax.analysis.post_order_visit(folded["main"], lambda e: constants.append(e.value.numpy())
+                                    if isinstance(e, tvm.ir.expr.GenericConst) else None)
+    assert any(c.shape == (4, 6) and np.array_equal(c, w.T) for c in constants)
+    assert any(c.shape == (1, 6) and np.array_equal(c, b[None]) for c in constants)
+    _plain_and_default_builds_agree(mod)
 
 
 def _default_scheduled(mod) -> dict:

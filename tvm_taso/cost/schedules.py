@@ -55,7 +55,7 @@ def design_space_default(func, target, seed: int = DEFAULT_SEED):
     import tvm
 
     try:
-        context = _design_space_context(tvm.IRModule({"main": _without_custom_rules(func)}), target, seed)
+        context = design_space_context(tvm.IRModule({"main": _without_custom_rules(func)}), target, seed)
         for space in context.generate_design_space():
             if all(postproc.apply(space) for postproc in context.space_generator.postprocs):
                 return space.mod["main"].with_attr("tirx.is_scheduled", True)
@@ -64,7 +64,7 @@ def design_space_default(func, target, seed: int = DEFAULT_SEED):
     return None
 
 
-def _design_space_context(mod, target, seed: int):
+def design_space_context(mod, target, seed: int = DEFAULT_SEED):
     """MetaSchedule's ``TuneContext`` of ``mod`` with the target's default design space, made
     as ``TuneContext.__init__`` makes it but for one step: that imports TVM's tensor intrinsics
     (:func:`.tuning.tensor_intrinsics`, 4-6 s per process here), which the CPU rules of a design space

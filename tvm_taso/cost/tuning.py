@@ -118,6 +118,13 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
     log.info("tuning %d of %d tasks with %d trials (%d already in %s)", len(todo), len(tasks),
              sum(b.trials for b in todo), sum(b.in_database for b in budgets), work_dir)
     if todo:
+        # MetaSchedule prints each task's table and its XGBoost rounds on stdout at the level its
+        # logger has when the tasks' contexts are made (DEBUG when none was set); its log files in
+        # work_dir keep them all. Unless the user set a level, the console gets warnings only.
+        ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
+        quiet = ms_log.level == logging.NOTSET
+        if quiet:
+            ms_log.setLevel(logging.WARNING)
         # the candidates MetaSchedule draws, evolves and ranks with its cost model each round:
         # sized to the trials a task gets here (four times the most any task gets, a batch at
         # least, MetaSchedule's default 2048 at most), not 2048 for a task given 16 trials
@@ -148,6 +155,8 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
         finally:
             if bar is not None:
                 bar.close()
+            if quiet:
+                ms_log.setLevel(logging.NOTSET)
     rows = []
     for b in budgets:
         best = best_seconds(database, by_name[b.name].dispatched[0], target)
