@@ -201,8 +201,8 @@ _CONSTANT_LAYOUTS = {
 def fold_constant_layouts():
     """A pass replacing each reshape, expand_dims, squeeze or permute_dims of a constant (with a
     static shape) by the constant it gives, computed by numpy. TVM's ``FoldConstant`` computes
-    the same by building and running an LLVM kernel for each (about 17 ms apiece here): an ONNX
-    model's conv biases are reshapes of constants, 26 of them 1.3 s of a 3 s SqueezeNet build."""
+    the same by building and running an LLVM kernel for each, and an ONNX model's conv biases
+    are reshapes of constants: one kernel build per convolution."""
     import tvm
     from tvm import relax
 
