@@ -21,17 +21,25 @@ from tvm_taso.cost.schedules import default_schedules
 from tvm_taso.cost.factory import make_cost_model
 
 
-def _matmul_relu(path, rows: int = 16, width: int = 64):
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), "w")
+def _relu_of(path, op: str, const: np.ndarray, rows: int, width: int):
+    """An ONNX model ``relu(op(x, const))`` of one (rows, width) input, saved at ``path``."""
+    c = numpy_helper.from_array(const.astype(np.float32), "c")
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "tiny",
+        [helper.make_node(op, ["x", "c"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, (rows, width))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, width))], [w])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, width))], [c])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
     return path
+
+
+def _matmul_relu(path, rows: int = 16, width: int = 64):
+    return _relu_of(path, "MatMul", np.random.default_rng(0).standard_normal((width, width)), rows, width)
+
+
+def _add_relu(path, rows: int, width: int):
+    return _relu_of(path, "Add", np.random.default_rng(1).standard_normal((width,)), rows, width)
 
 
 @pytest.fixture(scope="module")
@@ -105,19 +113,6 @@ def test_the_tuned_cost_model_prices_from_the_database_and_scales_what_it_lacks(
     peak = AnalyticCost(targets.with_cores("llvm")).roof.peak_flops
     flops = 16 * 64 * 64 * 2 + 16 * 64
     assert cost.scale == pytest.approx(tuned["first"]["tasks"][0]["best_us"] * 1e-6 / (flops / peak))
-
-
-def _add_relu(path, rows: int, width: int):
-    rng = np.random.default_rng(1)
-    b = numpy_helper.from_array(rng.standard_normal((width,)).astype(np.float32), "b")
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])], "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (rows, width))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, width))], [b])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
 
 
 def test_the_tuned_cost_model_predicts_what_the_database_lacks_from_its_tuned_kernels(tmp_path):
