@@ -160,6 +160,32 @@ def test_the_tuned_cost_model_predicts_what_the_database_lacks_from_its_tuned_ke
     assert tuned.describe()["predicted"] == 2 and tuned.describe()["fallback"] == 0
 
 
+def test_the_guards_time_what_the_tuned_cost_model_priced(tuned, monkeypatch):
+    """With the ``tuned`` cost model, the region guard and the whole-model guard build both sides
+    with its database (tuned against tuned), and keep their verdicts under a target marked with
+    it; without one, under the default schedules' mark (plain-loop verdicts are not reused)."""
+    import tvm_taso
+    from tvm_taso import guard as guards
+    from tvm_taso.cost.schedules import DEFAULT_SCHEDULE
+    from tvm_taso.io.onnx_import import import_relax
+
+    monkeypatch.setenv("TVM_TASO_CACHE", str(tuned["tmp"] / "cache"))
+    db = str(tuned["db"])
+    assert json.loads(guards.RegionGuard("llvm").target_key)["taso:schedule"] == DEFAULT_SCHEDULE
+    assert json.loads(guards.RegionGuard("llvm", database=db).target_key)["taso:ms_database"] == os.path.abspath(db)
+    built_with = []
+    real = guards.build_pipeline
+    monkeypatch.setattr(guards, "build_pipeline", lambda target, database=None: built_with.append(database)
+                        or real(target, database))
+    mod = import_relax(str(tuned["model"]))
+    _, report = tvm_taso.optimize(mod, target="llvm", cost_model=make_cost_model("tuned", "llvm", database=db),
+                                  region_guard=True)
+    assert json.loads(report["region_guard"]["target"])["taso:ms_database"] == os.path.abspath(db)
+    verdict = guards.guard(mod, mod, "llvm", repeats=2, database=db)
+    assert verdict["measured"] and verdict["rounds"] == 2
+    assert built_with and set(built_with) == {db}
+
+
 def test_trials_are_split_by_share_of_the_work_largest_first():
     tasks = tuning.tasks_of(examples.parallel_matmuls(seq=16, hidden=64), "llvm")
     plan = tuning.plan(tasks, trials=48, min_trials=8)

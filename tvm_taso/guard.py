@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from tvm_taso import target as targets
-from tvm_taso.cost.database import MeasurementDB, Record
-from tvm_taso.cost.kernel_build import graph_module, random_inputs
+from tvm_taso.cost.database import MeasurementDB, Record, db_target
+from tvm_taso.cost.kernel_build import build_pipeline, build_target, graph_module, random_inputs
 from tvm_taso.cost.latency import CompiledModule, compare_builds, compare_modules
 from tvm_taso.files import cache_dir
 from tvm_taso.ir.graph import Graph, fold_constants
@@ -61,12 +61,13 @@ def verdict(builds: dict[str, CompiledModule], repeats: int, min_repeat_ms: int,
     return result
 
 
-def guard(before, after, target, repeats: int = 7) -> dict:
+def guard(before, after, target, repeats: int = 7, database: str | None = None) -> dict:
     """Compile both modules with the target's build pipeline
-    (:func:`~tvm_taso.cost.kernel_build.build_pipeline`) and :func:`decide` by timing
-    them ``repeats`` rounds. Without a device for the target the rewrite is kept unmeasured; a
-    module that does not build or run is not faster (the original is kept)."""
-    target = targets.parse(target)
+    (:func:`~tvm_taso.cost.kernel_build.build_pipeline`; with ``database``, a MetaSchedule work
+    dir, its tuned schedules: tuned against tuned) and :func:`decide` by timing them ``repeats``
+    rounds. Without a device for the target the rewrite is kept unmeasured; a module that does
+    not build or run is not faster (the original is kept)."""
+    target = build_target(target, database)
     if targets.device(target) is None:
         log.warning("guard: no %s device here to time on; keeping the rewrite unmeasured", target.kind.name)
         return {"kept": True, "measured": False, "reason": f"no {target.kind.name} device on this machine"}
@@ -75,7 +76,7 @@ def guard(before, after, target, repeats: int = 7) -> dict:
     for sizes in check_sizes(before):  # a module with symbolic sizes: kept only if faster at each
         try:
             result = compare_modules(before, after, target, inputs_for(before, sizes=sizes), repeats=repeats,
-                                     min_repeat_ms=50)
+                                     pipeline=build_pipeline(target, database), min_repeat_ms=50)
         except Exception as err:  # noqa: BLE001 - a module that does not build is not faster
             log.warning("guard: timing failed (%s: %s); keeping the original", type(err).__name__, err)
             return {"kept": False, "measured": False, "reason": f"timing failed: {type(err).__name__}: {err}"}
@@ -102,6 +103,9 @@ class RegionGuard:
     the kernel measurements (``db``: a path or a :class:`MeasurementDB`), keyed by the two
     regions' shape hashes: a repeated layer, or a second run, measures nothing new.
 
+    With ``database`` (a MetaSchedule work dir: the ``tuned`` cost model's) both regions are
+    built with its tuned schedules, and the verdicts are kept under a target marked with it.
+
     For an ``ort`` target (``runtime``: its :class:`~tvm_taso.ort.runtime.OrtRuntime`), each region is
     written as a small ONNX model (:func:`~tvm_taso.ort.pricing.region_model`: its weights initializers,
     the model's ``opset``) and timed in onnxruntime with the runtime's provider and options,
@@ -109,10 +113,14 @@ class RegionGuard:
     """
 
     def __init__(self, target, repeats: int = 7, min_repeat_ms: int = 20, time_limit: float = 20.0,
-                 db: MeasurementDB | str | Path | None = None, opset: int | None = None):
+                 db: MeasurementDB | str | Path | None = None, opset: int | None = None,
+                 database: str | None = None):
         resolved = targets.resolve(target)
-        self.target, self.runtime, self.opset = resolved.tvm, resolved.runtime, opset
-        self.target_key = self.runtime.key if self.runtime is not None else targets.canonical(self.target)
+        self.runtime, self.opset, self.database = resolved.runtime, opset, database
+        self.target = build_target(resolved.tvm, database) if self.runtime is None else resolved.tvm
+        # what was built is part of the key: tuned, default-scheduled and plain-loop timings differ
+        self.target_key = (self.runtime.key if self.runtime is not None
+                           else db_target(targets.canonical(self.target), database))
         self.repeats, self.min_repeat_ms, self.time_limit = repeats, min_repeat_ms, time_limit
         self.db = db if isinstance(db, MeasurementDB) else MeasurementDB(
             Path(db) if db is not None else cache_dir() / "regions.jsonl")
@@ -175,7 +183,8 @@ class RegionGuard:
 
             return region_session(self.runtime, g, self.opset)
         mod, refs = graph_module(g)
-        return CompiledModule(mod, self.target, random_inputs([g.type_of(r) for r in refs]))
+        return CompiledModule(mod, self.target, random_inputs([g.type_of(r) for r in refs]),
+                              build_pipeline(self.target, self.database))
 
     def summary(self, decisions: list[dict]) -> dict:
         """The report's account of the search's ``decisions`` (:attr:`SearchStats.decisions`)."""

@@ -29,8 +29,9 @@ class FrontEnd(Protocol):
         front end's facts go to ``report``. ``Result.model`` is the model itself when nothing
         was applied."""
 
-    def guard(self, new, target, repeats: int) -> dict:
-        """The measured verdict on ``new`` against the model (:func:`tvm_taso.guard.guard`)."""
+    def guard(self, new, target, repeats: int, database: str | None = None) -> dict:
+        """The measured verdict on ``new`` against the model (:func:`tvm_taso.guard.guard`; built
+        with ``database``'s tuned schedules when given)."""
 
     def kernels(self, result: Result, new, target) -> tuple[int | None, int | None]:
         """The kernels the model and ``new`` launch on ``target``."""

@@ -68,8 +68,8 @@ class OnnxFrontEnd:
         report.facts = result.facts
         return result
 
-    def guard(self, new: OnnxModel, target, repeats: int) -> dict:
-        return guard_onnx(self.model, new, target, repeats)
+    def guard(self, new: OnnxModel, target, repeats: int, database: str | None = None) -> dict:
+        return guard_onnx(self.model, new, target, repeats, database)
 
     def kernels(self, result: Result, new: OnnxModel, target) -> tuple[int | None, int | None]:
         """The fusion model's counts on the engine graph (TVM's importer refuses many exports)."""
@@ -143,7 +143,7 @@ def _done(model: OnnxModel, bridge: OnnxGraph, skipped: Counter, rejected: list[
                   (kernel_count(bridge.graph), kernel_count(graph)))
 
 
-def guard_onnx(before: OnnxModel, after: OnnxModel, target, repeats: int) -> dict:
+def guard_onnx(before: OnnxModel, after: OnnxModel, target, repeats: int, database: str | None = None) -> dict:
     """The guard (:func:`tvm_taso.guard.guard`) on both models imported through TVM at the priced
     sizes; a model TVM's importer cannot take keeps the rewrite unmeasured, and says why. For an
     ``ort`` target both models are timed in onnxruntime instead
@@ -165,4 +165,4 @@ def guard_onnx(before: OnnxModel, after: OnnxModel, target, repeats: int) -> dic
     except InputError as err:
         log.warning("guard: %s; keeping the rewrite unmeasured", err)
         return {"kept": True, "measured": False, "reason": f"not timed through TVM: {err}"}
-    return guard(mods[0], mods[1], target, repeats)
+    return guard(mods[0], mods[1], target, repeats, database)

@@ -198,7 +198,8 @@ def optimize(
     report.seconds = time.perf_counter() - started
     report.region_guard = judge.summary(report.stats.decisions) if judge is not None else None
     if guard and new_mod is not mod:
-        report.judged(guard(mod, new_mod) if callable(guard) else front.guard(new_mod, target, guard_repeats))
+        report.judged(guard(mod, new_mod) if callable(guard)
+                      else front.guard(new_mod, target, guard_repeats, tuned_database(cost)))
         if report.reverted:
             new_mod = mod
     report.kernels_before, report.kernels_after = front.kernels(result, new_mod, target)
@@ -230,6 +231,7 @@ def _region_guard(region_guard, guard, cost, target, repeats: int, opset: int | 
         return None
     if target.runtime is not None:
         return RegionGuard(target, repeats=repeats, opset=opset)
+    database = tuned_database(cost)
     if region_guard is None and not (guard is True or (cost.name == "measure" and not getattr(cost, "remote", False))):
         return None
     if targets.device(target) is None:
@@ -237,4 +239,10 @@ def _region_guard(region_guard, guard, cost, target, repeats: int, opset: int | 
             log.warning("region_guard: no %s device here to time regions on; deciding by the cost model",
                         targets.kind(target))
         return None
-    return RegionGuard(target, repeats=repeats)
+    return RegionGuard(target, repeats=repeats, database=database)
+
+
+def tuned_database(cost) -> str | None:
+    """The MetaSchedule database the ``tuned`` cost model prices from, or None: what the guards
+    then build with, so that they time what the search priced."""
+    return str(cost.path) if cost.name == "tuned" else None

@@ -44,8 +44,8 @@ class RelaxFrontEnd:
         report.facts = result.facts
         return result
 
-    def guard(self, new: tvm.IRModule, target, repeats: int) -> dict:
-        return measured_guard(self.model, new, target, repeats)
+    def guard(self, new: tvm.IRModule, target, repeats: int, database: str | None = None) -> dict:
+        return measured_guard(self.model, new, target, repeats, database)
 
     def kernels(self, result: Result, new: tvm.IRModule, target) -> tuple[int | None, int | None]:
         before = launched_kernels(self.model, target)
