@@ -37,7 +37,7 @@ def leave_one_out(database: str, target: str) -> dict:
     from tvm_taso.cost import tuning
     from tvm_taso.cost.analytic import AnalyticCost
     from tvm_taso.cost.training import median_rel_error, spearman
-    from tvm_taso.cost.tuned import TunedTimePredictor, tuned_workloads, workload_features
+    from tvm_taso.cost.tuned import TunedTimePredictor, efficiency_scale, tuned_workloads, workload_features
 
     target = targets.with_cores(target)
     tuning.tensor_intrinsics()
@@ -52,8 +52,7 @@ def leave_one_out(database: str, target: str) -> dict:
         rest = [w for j, w in enumerate(workloads) if j != k]
         predictor = TunedTimePredictor(rest, target, peak, np.delete(features, k, axis=0))
         predicted.append(predictor.seconds(workloads[k][2]))
-        scale = np.median([s / (f / peak) for s, f, _ in rest])
-        scaled.append(scale * workloads[k][1] / peak)
+        scaled.append(efficiency_scale(rest, peak) * workloads[k][1] / peak)
     predicted, scaled = np.array(predicted), np.array(scaled)
     return {
         "tasks": len(workloads), "feature_seconds": feature_seconds,

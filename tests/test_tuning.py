@@ -173,9 +173,14 @@ def test_the_guards_time_what_the_tuned_cost_model_priced(tuned, monkeypatch):
     db = str(tuned["db"])
     assert json.loads(guards.RegionGuard("llvm").target_key)["taso:schedule"] == DEFAULT_SCHEDULE
     assert json.loads(guards.RegionGuard("llvm", database=db).target_key)["taso:ms_database"] == os.path.abspath(db)
+    from collections import OrderedDict
+
+    from tvm_taso.cost import kernel_build, latency
+
     built_with = []
-    real = guards.build_pipeline
-    monkeypatch.setattr(guards, "build_pipeline", lambda target, database=None: built_with.append(database)
+    real = kernel_build.build_pipeline
+    monkeypatch.setattr(latency, "_BUILT", OrderedDict())  # every build of this test is made, none reused
+    monkeypatch.setattr(kernel_build, "build_pipeline", lambda target, database=None: built_with.append(database)
                         or real(target, database))
     mod = import_relax(str(tuned["model"]))
     _, report = tvm_taso.optimize(mod, target="llvm", cost_model=make_cost_model("tuned", "llvm", database=db),

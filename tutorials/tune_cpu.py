@@ -30,7 +30,6 @@ from tvm_taso import examples
 from tvm_taso import target as targets
 from tvm_taso.cost import tuning
 from tvm_taso.cost.factory import make_cost_model
-from tvm_taso.cost.kernel_build import build_pipeline
 from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
 from tvm_taso.numerics import array_relative_error
 from tvm_taso.runtime import inputs_for
@@ -66,15 +65,16 @@ for name, module in (("original", mod), ("optimized", optimized)):
 ######################################################################
 # Build with the database and time, side by side
 # ----------------------------------------------
-# ``build_pipeline(target, database)`` applies the tuned schedules and gives the kernels the
-# database lacks the default one. The samples alternate between the builds so that noise hits
+# A build with the database (``CompiledModule(..., database=...)``; for ``tvm.compile``,
+# ``relax_pipeline=build_pipeline(target, database)``) applies the tuned schedules and gives the
+# kernels the database lacks the default one. The samples alternate between the builds so that noise hits
 # them alike; the ratio of medians, with its quartiles, is the number to quote.
 
 inputs = inputs_for(mod, seed=0)
 builds = {
-    "untuned": CompiledModule(mod, target, inputs, build_pipeline(target)),
-    "tuned": CompiledModule(mod, target, inputs, build_pipeline(target, str(database))),
-    "tuned + taso": CompiledModule(optimized, target, inputs, build_pipeline(target, str(database))),
+    "untuned": CompiledModule(mod, target, inputs),
+    "tuned": CompiledModule(mod, target, inputs, database=str(database)),
+    "tuned + taso": CompiledModule(optimized, target, inputs, database=str(database)),
 }
 outputs = {name: build.run() for name, build in builds.items()}
 for name in ("tuned", "tuned + taso"):

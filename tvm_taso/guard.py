@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tvm_taso import target as targets
 from tvm_taso.cost.database import MeasurementDB, Record, db_target
-from tvm_taso.cost.kernel_build import build_pipeline, build_target, graph_module, random_inputs
+from tvm_taso.cost.kernel_build import build_target, graph_module, random_inputs
 from tvm_taso.cost.latency import CompiledModule, compare_builds, compare_modules
 from tvm_taso.files import cache_dir
 from tvm_taso.ir.graph import Graph, fold_constants
@@ -76,7 +76,7 @@ def guard(before, after, target, repeats: int = 7, database: str | None = None) 
     for sizes in check_sizes(before):  # a module with symbolic sizes: kept only if faster at each
         try:
             result = compare_modules(before, after, target, inputs_for(before, sizes=sizes), repeats=repeats,
-                                     pipeline=build_pipeline(target, database), min_repeat_ms=50)
+                                     database=database, min_repeat_ms=50)
         except Exception as err:  # noqa: BLE001 - a module that does not build is not faster
             log.warning("guard: timing failed (%s: %s); keeping the original", type(err).__name__, err)
             return {"kept": False, "measured": False, "reason": f"timing failed: {type(err).__name__}: {err}"}
@@ -183,8 +183,7 @@ class RegionGuard:
 
             return region_session(self.runtime, g, self.opset)
         mod, refs = graph_module(g)
-        return CompiledModule(mod, self.target, random_inputs([g.type_of(r) for r in refs]),
-                              build_pipeline(self.target, self.database))
+        return CompiledModule(mod, self.target, random_inputs([g.type_of(r) for r in refs]), database=self.database)
 
     def summary(self, decisions: list[dict]) -> dict:
         """The report's account of the search's ``decisions`` (:attr:`SearchStats.decisions`)."""

@@ -16,14 +16,14 @@ def bench(mod, inputs, target, repeat: int = 10, options=None, database=None) ->
     ``speedup`` is the median of the pairwise ratios (default / taso)."""
     from tvm_taso import passes
     from tvm_taso import target as targets
-    from tvm_taso.cost.kernel_build import build_pipeline, build_target
+    from tvm_taso.cost.kernel_build import build_target
     from tvm_taso.cost.latency import CompiledModule, side_by_side, speedup
 
     t = build_target(target, database)
     if targets.device(t) is None:
         raise InputError(f"no {t.kind.name} device on this machine to time on")
     builds = {
-        "default": CompiledModule(mod, t, inputs, build_pipeline(t, database) if database else None),
+        "default": CompiledModule(mod, t, inputs, database=database),
         "taso": CompiledModule(mod, t, inputs, passes.taso_pipeline(options=options, database=database)),
     }
     samples = side_by_side({k: (lambda m=m: m.time_ms(50)) for k, m in builds.items()}, repeat)

@@ -217,9 +217,8 @@ def fold_constant_layouts():
             if not isinstance(value, tvm.ir.expr.GenericConst):
                 return call
             ty = call.ty
-            if not isinstance(ty, relax.TensorType) or ty.shape is None or not isinstance(ty.shape, relax.ShapeExpr):
-                return call
-            if not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
+            if not (isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr)
+                    and all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values)):
                 return call
             shape = tuple(int(d) for d in ty.shape.values)
             return relax.const(fold(value.value.numpy(), shape, call.attrs), ty.dtype)

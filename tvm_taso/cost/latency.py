@@ -22,17 +22,18 @@ from tvm_taso.runtime import flatten
 log = logging.getLogger(__name__)
 
 
-# the last builds of a module for a target with a named pipeline: (target, pipeline, structural
-# hash) -> (module, executable, seconds its build took). A guard builds the modules it times, and
+# the last builds of a module for a target with a named pipeline: (target, pipeline, MetaSchedule
+# database, structural hash) -> (module, executable, seconds its build took). A guard builds the modules it times, and
 # a benchmark then builds the same ones again to run them (or the original twice, when the guard
 # kept nothing); a custom pipeline (a Pass) is built every time.
 _BUILT: OrderedDict = OrderedDict()
 BUILDS_KEPT = 8
 
 
-def _compiled(mod, target, pipeline) -> tuple[object, float]:
-    """``mod`` compiled for ``target`` (a ``tvm.target.Target``): the executable and the seconds
-    its build took, taken from the last builds when one of them is the same module."""
+def _compiled(mod, target, pipeline, database: str | None = None) -> tuple[object, float]:
+    """``mod`` compiled for ``target`` (a ``tvm.target.Target``; with no ``pipeline``, the build
+    pipeline with ``database``'s tuned schedules): the executable and the seconds its build took,
+    taken from the last builds when one of them is the same module."""
     import tvm
     import tvm_ffi
 
@@ -40,14 +41,15 @@ def _compiled(mod, target, pipeline) -> tuple[object, float]:
 
     key = None
     if pipeline is None or isinstance(pipeline, str):
-        key = (str(target), pipeline, tvm_ffi.structural_hash(mod))
+        key = (str(target), pipeline, database, tvm_ffi.structural_hash(mod))
         found = _BUILT.get(key)
         if found is not None and tvm_ffi.structural_equal(found[0], mod):
             _BUILT.move_to_end(key)
             return found[1], found[2]
     t0 = time.perf_counter()
     with target:
-        exe = tvm.compile(mod, target=target, relax_pipeline=build_pipeline(target) if pipeline is None else pipeline)
+        exe = tvm.compile(mod, target=target,
+                          relax_pipeline=build_pipeline(target, database) if pipeline is None else pipeline)
     seconds = time.perf_counter() - t0
     if key is not None:
         _BUILT[key] = (mod, exe, seconds)
@@ -58,12 +60,12 @@ def _compiled(mod, target, pipeline) -> tuple[object, float]:
 
 class CompiledModule:
     """``mod`` compiled for ``target`` with a Relax pipeline (None: what a user's build runs,
-    :func:`~tvm_taso.cost.kernel_build.build_pipeline`; a name
-    or a Pass), loaded on the device with its inputs. The same module built again for the same
+    :func:`~tvm_taso.cost.kernel_build.build_pipeline`, with ``database``'s tuned schedules when
+    given; a name or a Pass), loaded on the device with its inputs. The same module built again for the same
     target and named pipeline takes the last build's executable (``compile_seconds`` is that
     build's)."""
 
-    def __init__(self, mod, target, inputs: list[np.ndarray], pipeline=None):
+    def __init__(self, mod, target, inputs: list[np.ndarray], pipeline=None, database: str | None = None):
         import tvm
         from tvm import relax
 
@@ -71,7 +73,9 @@ class CompiledModule:
         self.dev = targets.device(self.target)
         if self.dev is None:
             raise RuntimeError(f"no {self.target.kind.name} device on this machine to run on")
-        exe, self.compile_seconds = _compiled(mod, self.target, pipeline)
+        if pipeline is not None and database is not None:
+            raise ValueError("a MetaSchedule database is applied by the build pipeline: give a pipeline or a database")
+        exe, self.compile_seconds = _compiled(mod, self.target, pipeline, database)
         self.vm = relax.VirtualMachine(exe, self.dev)
         self.args = [tvm.runtime.tensor(a, self.dev) for a in inputs]
 
@@ -131,9 +135,9 @@ def compare_builds(builds: dict[str, CompiledModule], repeats: int = 10, min_rep
 
 
 def compare_modules(before, after, target, inputs: list[np.ndarray], *, repeats: int = 10, pipeline=None,
-                    min_repeat_ms: int = 100, time_limit: float | None = None) -> dict:
-    """Compile both modules with the same pipeline and time them side by side on ``target``
-    (:func:`compare_builds`)."""
-    builds = {"before": CompiledModule(before, target, inputs, pipeline),
-              "after": CompiledModule(after, target, inputs, pipeline)}
+                    database: str | None = None, min_repeat_ms: int = 100, time_limit: float | None = None) -> dict:
+    """Compile both modules with the same pipeline (or ``database``, :class:`CompiledModule`) and
+    time them side by side on ``target`` (:func:`compare_builds`)."""
+    builds = {"before": CompiledModule(before, target, inputs, pipeline, database),
+              "after": CompiledModule(after, target, inputs, pipeline, database)}
     return compare_builds(builds, repeats, min_repeat_ms, time_limit)

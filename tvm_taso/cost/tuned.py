@@ -60,7 +60,7 @@ class TunedCost(CostModel):
         self.database = tuning.open_database(self.path)
         self.analytic = AnalyticCost(self.target)
         workloads = tuned_workloads(self.database, self.target)
-        self.scale = statistics.median(s / (f / self.peak) for s, f, _ in workloads) if workloads else 1.0
+        self.scale = efficiency_scale(workloads, self.peak)
         self.predictor = (TunedTimePredictor(workloads, self.target, self.peak)
                           if len(workloads) >= MIN_WORKLOADS else None)
         self.from_database = self.predicted = self.fallback = 0
@@ -78,14 +78,15 @@ class TunedCost(CostModel):
         except Exception:  # noqa: BLE001 - a kernel TVM cannot build here: the fallback prices it
             tasks = []
         times = [tuning.best_seconds(self.database, t.dispatched[0], self.target) for t in tasks]
-        if tasks and all(s is not None for s in times):
-            self.from_database += 1
-            return sum(s * 1e6 * int(t.weight) for s, t in zip(times, tasks))
-        if tasks and self.predictor is not None and kernel.anchor not in _NO_ARITHMETIC:
+        predicted = None in times and self.predictor is not None and kernel.anchor not in _NO_ARITHMETIC
+        if predicted:
             times = [s if s is not None else self.predictor.seconds(t.dispatched[0]) for s, t in zip(times, tasks)]
-            if all(s is not None for s in times):
+        if tasks and None not in times:
+            if predicted:
                 self.predicted += 1
-                return sum(s * 1e6 * int(t.weight) for s, t in zip(times, tasks))
+            else:
+                self.from_database += 1
+            return sum(s * 1e6 * int(t.weight) for s, t in zip(times, tasks))
         self.fallback += 1
         price = self.analytic.kernel_cost(kernel)
         return price * self.scale if kernel.anchor not in _NO_ARITHMETIC else price
@@ -112,6 +113,12 @@ def tuned_workloads(database, target) -> list[tuple[float, float, object]]:
                 best[key] = (seconds, record.workload.mod)
     rows = [(seconds, float(estimate_tir_flops(mod)), mod) for seconds, mod in best.values()]
     return [row for row in rows if row[1] > 0]
+
+
+def efficiency_scale(workloads, peak: float) -> float:
+    """The median, over tuned ``workloads`` (:func:`tuned_workloads`), of tuned seconds over
+    FLOPs at ``peak``; 1 for none."""
+    return statistics.median(s / (f / peak) for s, f, _ in workloads) if workloads else 1.0
 
 
 class TunedTimePredictor:

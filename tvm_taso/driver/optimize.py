@@ -231,7 +231,6 @@ def _region_guard(region_guard, guard, cost, target, repeats: int, opset: int | 
         return None
     if target.runtime is not None:
         return RegionGuard(target, repeats=repeats, opset=opset)
-    database = tuned_database(cost)
     if region_guard is None and not (guard is True or (cost.name == "measure" and not getattr(cost, "remote", False))):
         return None
     if targets.device(target) is None:
@@ -239,7 +238,7 @@ def _region_guard(region_guard, guard, cost, target, repeats: int, opset: int | 
             log.warning("region_guard: no %s device here to time regions on; deciding by the cost model",
                         targets.kind(target))
         return None
-    return RegionGuard(target, repeats=repeats, database=database)
+    return RegionGuard(target, repeats=repeats, database=tuned_database(cost))
 
 
 def tuned_database(cost) -> str | None:
