@@ -58,6 +58,21 @@ def run_cli(*args):
     return p.returncode, p.stdout, p.stderr
 
 
+@pytest.fixture
+def run_main(capsys, monkeypatch):
+    """``tvm-taso``'s ``main`` in this process (what the command runs, without the seconds a new
+    process spends importing TVM): (status, stdout, stderr), like :func:`run_cli`."""
+    monkeypatch.setenv("TVM_TASO_CACHE", CACHE)
+
+    def run(*args):
+        capsys.readouterr()
+        status = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return status, out.out, out.err
+
+    return run
+
+
 def test_optimize_check_reports(model_file, tmp_path):
     out, rep, page = tmp_path / "out.onnx", tmp_path / "r.json", tmp_path / "r.html"
     status, stdout, stderr = run_cli(
@@ -120,7 +135,7 @@ def test_optimized_onnx_matches_original_in_onnxruntime(model_file, tmp_path):
         ("good", ["--target", '{"kind": "llvm",'], "is not valid JSON"),
     ],
 )
-def test_optimize_bad_input(tmp_path, setup, args, message):
+def test_optimize_bad_input(tmp_path, run_main, setup, args, message):
     path = tmp_path / "in.onnx"
     good = inception_onnx().SerializeToString()
     if setup == "corrupt":
@@ -130,7 +145,7 @@ def test_optimize_bad_input(tmp_path, setup, args, message):
     elif setup == "good":
         path.write_bytes(good)
     out = tmp_path / "out.onnx"
-    status, stdout, stderr = run_cli("optimize", path, "-o", out, *args)
+    status, stdout, stderr = run_main("optimize", path, "-o", out, *args)
     assert status == 2
     assert message in stderr
     errors = [line for line in stderr.splitlines() if line.startswith("tvm-taso: error:")]
@@ -156,11 +171,11 @@ def _bad_model(path, setup):
         ("dynamic", "has dynamic dimensions (Nx8x8x8); give a static shape, e.g. --shape x=1x8x8x8"),
     ],
 )
-def test_compile_input_tvm_cannot_import(tmp_path, setup, message):
+def test_compile_input_tvm_cannot_import(tmp_path, run_main, setup, message):
     """``compile`` imports with TVM: what its importer cannot take is one line, with what to do."""
     path, out = tmp_path / "in.onnx", tmp_path / "out.so"
     _bad_model(path, setup)
-    status, _, stderr = run_cli("compile", path, "-o", out)
+    status, _, stderr = run_main("compile", path, "-o", out)
     assert status == 2 and message in stderr
     errors = [line for line in stderr.splitlines() if line.startswith("tvm-taso: error:")]
     assert "Traceback" not in stderr and len(errors) == 1

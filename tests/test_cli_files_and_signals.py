@@ -124,6 +124,7 @@ SIGNAL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("sig, status", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_a_signal_during_the_write_leaves_nothing(model_file, tmp_path, sig, status):
     out, rep = tmp_path / "out.onnx", tmp_path / "r.json"
@@ -535,6 +536,7 @@ def test_checking_a_users_rules_counts_in_the_time_limit(tmp_path, capsys):
     assert 0 < len(late) < 400 and report["rules_check_seconds"] >= 0.5
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("sig, status", [(2, 130), (15, 143)])
 def test_a_signal_during_the_rule_check_stops_the_process(sig, status, tmp_path):
     """SIGINT and SIGTERM while a user's rules were being checked were swallowed (raised inside

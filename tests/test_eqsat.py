@@ -434,6 +434,7 @@ def test_gap_diagnostic_finds_graphs_in_the_egraph():
     assert "eqsat_loses" not in row and row["eqsat"]["extracted_cost"] >= row["eqsat"]["cost"] - 1e-9
 
 
+@pytest.mark.heavy
 def test_extraction_search_over_rule_applications():
     """On quick NasNet-A, where backtracking chains merges and rewrites of the merged convs,
     extraction's local improvement stops well above backtracking on some region; the search

@@ -105,6 +105,7 @@ def test_default_path_follows_env(tmp_path, monkeypatch):
     assert db.path == tmp_path / "cache" / "measurements.jsonl" and db.path.parent.is_dir()
 
 
+@pytest.mark.heavy
 def test_two_processes_append_concurrently(tmp_path):
     path = tmp_path / "m.jsonl"
     script = textwrap.dedent(f"""
@@ -160,6 +161,7 @@ def test_kernel_module_params_are_the_inputs():
     assert tuple(int(d) for d in m["main"].ret_ty.shape) == (1, 8, 16)
 
 
+@pytest.mark.heavy
 def test_measure_in_and_out_of_process(worker):
     k = _matmul_kernel()
     inside = measure_kernel(k, "llvm", repeats=3, isolate=False)
@@ -207,6 +209,7 @@ def test_metaschedule_database_applies_tuned_schedules(tmp_path):
     assert json.loads(default.target)["taso:schedule"] == DEFAULT_SCHEDULE and "taso:ms_database" not in default.target
 
 
+@pytest.mark.heavy
 def test_build_error_crash_and_timeout_become_records(worker):
     bad = _matmul_kernel(k2=5)  # reduction dims disagree: the kernel cannot be built
     rec = measure_kernel(bad, "llvm", repeats=2, worker=worker)
@@ -301,6 +304,7 @@ def test_cost_show(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["records"] == 4
 
 
+@pytest.mark.heavy
 def test_worker_never_imports_from_the_working_directory(tmp_path, monkeypatch):
     """A ``statistics.py`` where the user runs tvm-taso must not replace the standard module in
     the measurement worker (it runs in a private directory, without the cwd on its path)."""
@@ -326,6 +330,7 @@ def test_an_unpriceable_kernel_is_never_free(tmp_path):
     assert cost.kernel_cost(_matmul_kernel()) == math.inf and cost.fallbacks == 1
 
 
+@pytest.mark.heavy
 def test_two_builders_measure_the_same_kernels_as_one(tmp_path):
     from tvm_taso.ir.relax_bridge import block_graphs
 
@@ -345,6 +350,7 @@ def test_two_builders_measure_the_same_kernels_as_one(tmp_path):
     assert cost.describe()["builders"] == 2 and cost.describe()["build_seconds"] > 0
 
 
+@pytest.mark.heavy
 def test_cost_measure_command_with_two_builders_fills_the_database_once(tmp_path, capsys):
     """``tvm-taso cost measure --builders 2``: every kernel measured, the build phase timed; a
     second run measures nothing; ``--builders 0`` is one line."""

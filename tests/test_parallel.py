@@ -70,6 +70,7 @@ class DiesInWorkers(AnalyticCost):
         return super().kernel_cost(kernel)
 
 
+@pytest.mark.heavy
 def test_a_worker_that_dies_leaves_the_regions_to_this_process(caplog):
     graph = OnnxGraph(
         tvm_taso.load_onnx(models.build("resnext50", quick=True), name="resnext50")).graph

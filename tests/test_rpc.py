@@ -67,6 +67,7 @@ def tracker():
             yield t
 
 
+@pytest.mark.heavy
 def test_loopback_server_measurement(server, worker):
     assert server.host == LOOPBACK
     m = RPCMeasurer(LOOPBACK, server.port, worker=worker)
@@ -77,6 +78,7 @@ def test_loopback_server_measurement(server, worker):
     assert rec.key == k.key() and rec.target == measured_target("llvm")  # no tag for a bare server
 
 
+@pytest.mark.heavy
 def test_tracker_pool_and_database(server, tracker, worker, tmp_path):
     tracked = RPCMeasurer(tracker=(LOOPBACK, tracker.port), key="loop", worker=worker)
     direct = RPCMeasurer(LOOPBACK, server.port, tag="loop", worker=worker)
@@ -92,6 +94,7 @@ def test_tracker_pool_and_database(server, tracker, worker, tmp_path):
     assert len(MeasurementDB(db.path).records()) == 2
 
 
+@pytest.mark.heavy
 def test_unreachable_server_records_nothing_build_errors_do(worker, tmp_path):
     port = _free_port()
     m = RPCMeasurer(LOOPBACK, port, worker=worker)
@@ -105,6 +108,7 @@ def test_unreachable_server_records_nothing_build_errors_do(worker, tmp_path):
     assert len(cost.db.records()) == 0
 
 
+@pytest.mark.heavy
 def test_measured_cost_through_rpc_in_optimize(server, worker, tmp_path):
     m = RPCMeasurer(LOOPBACK, server.port, worker=worker)
     cost = RPCMeasuredCost(m, "llvm", db=tmp_path, repeats=2, max_measurements=2)

@@ -527,6 +527,7 @@ def test_workers_are_capped_at_the_cores_and_a_cost_model_workers_cannot_import_
     assert "cannot import it" in caplog.text
 
 
+@pytest.mark.heavy
 def test_a_region_cut_short_by_its_share_in_a_worker_is_searched_again_in_order(monkeypatch):
     """Regions handed to workers got a fixed share of the time, and one cut by it gave other
     rules than ``-j 1`` although the whole search ended far from its time limit."""

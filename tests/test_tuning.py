@@ -63,6 +63,7 @@ def tuned(tmp_path_factory):
     return {"model": model, "db": db, "first": first, "second": second, "tmp": mine}
 
 
+@pytest.mark.heavy
 def test_a_tiny_model_is_tuned_and_a_second_run_tunes_nothing(tuned):
     first, second = tuned["first"], tuned["second"]
     assert first["trials_run"] == 8 and first["stopped"] is None
@@ -75,6 +76,7 @@ def test_a_tiny_model_is_tuned_and_a_second_run_tunes_nothing(tuned):
     assert (tuned["db"] / "database_workload.json").is_file() and (tuned["db"] / "database_tuning_record.json").is_file()
 
 
+@pytest.mark.heavy
 def test_a_build_with_the_database_runs_the_tuned_kernel(tuned, capsys):
     from tvm import relax
 
@@ -93,6 +95,7 @@ def test_a_build_with_the_database_runs_the_tuned_kernel(tuned, capsys):
     assert len(kernels) == 1
 
 
+@pytest.mark.heavy
 def test_the_tuned_cost_model_prices_from_the_database_and_scales_what_it_lacks(tuned):
     from tvm_taso.cost.analytic import AnalyticCost
     from tvm_taso.cost.model import kernels
@@ -160,6 +163,7 @@ def test_the_tuned_cost_model_predicts_what_the_database_lacks_from_its_tuned_ke
     assert tuned.describe()["predicted"] == 2 and tuned.describe()["fallback"] == 0
 
 
+@pytest.mark.heavy
 def test_the_guards_time_what_the_tuned_cost_model_priced(tuned, monkeypatch):
     """With the ``tuned`` cost model, the region guard and the whole-model guard build both sides
     with its database (tuned against tuned), and keep their verdicts under a target marked with
@@ -294,6 +298,7 @@ def test_kernels_with_symbolic_extents_stay_loops_and_build():
     _plain_and_default_builds_agree(mod, sizes={"seq_len": 8})
 
 
+@pytest.mark.heavy
 def test_a_tuned_kernel_keeps_its_schedule_and_the_others_get_the_default(tuned):
     """With a database, what it tuned is applied as tuned; the default schedules only the rest."""
     import tvm
@@ -333,6 +338,7 @@ def test_the_fast_intrinsics_import_leaves_inspect_as_it_was():
     assert "tvm.s_tir.tensor_intrin" in sys.modules
 
 
+@pytest.mark.heavy
 def test_the_torch_backend_builds_with_a_database(tuned):
     torch = pytest.importorskip("torch")
     from tvm_taso.passes.torch_backend import TasoBackend

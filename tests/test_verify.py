@@ -171,6 +171,7 @@ def test_a_stalled_attempt_restarts_with_another_seed(prover, monkeypatch):
     assert seeds[:2] == [0, 1]
 
 
+@pytest.mark.heavy
 def test_verdicts_do_not_depend_on_the_file():
     """Each rule is proved in contexts of its own with resource budgets: the same rules in three
     shuffled orders (after other proofs in this process) get the same verdicts."""
@@ -317,5 +318,6 @@ def test_the_wall_clock_backstop_is_still_said(prover, monkeypatch):
 
     monkeypatch.setattr(prover, "solver", lambda ctx, rlimit, seconds, seed=0: TimedOut())
     monkeypatch.setattr(prover, "wall_factor", 0.0)  # the deadline is the start: every stop is the backstop's
+    monkeypatch.setattr(prover, "refute_seconds", 0.5)  # the rule is true: no counterexample to look for long
     res = prover.prove(CORE["merge-matmul-bias-shared-lhs"], timeout=10)
     assert res.status == "unknown" and "wall-clock backstop" in res.reason
