@@ -170,10 +170,7 @@ def build_peer(peer_mod, target, inputs, tuned, built, reference, info):
 
 
 def bench_model(name: str, args) -> dict:
-    target_spec = TARGETS.get(args.target, args.target)
-    import tvm
-
-    target = tvm.target.Target(target_spec)
+    target = targets.parse(TARGETS.get(args.target, args.target))
     row: dict = {"model": name, "size": "quick" if args.quick else "full", "target": args.target}
     t0 = time.perf_counter()
     proto = models.build(name, args.quick)

@@ -12,6 +12,7 @@ import random
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
 
 import tvm_taso
@@ -276,6 +277,38 @@ def test_unknown_targets_are_refused_with_what_is_accepted(target):
     assert "\n" not in str(err.value) and "llvm" in str(err.value)
     with pytest.raises(TargetError):
         TasoOptimize(target=target)
+
+
+def test_a_cpu_target_that_names_no_cpu_is_for_this_machines_cpu():
+    """TVM's bare llvm builds for a generic x86-64; tvm-taso's llvm is this machine's CPU, as a
+    user's deployment on this machine would want. What names a CPU, another triple, or comes as a
+    tvm.target.Target is taken as given."""
+    from tvm.target import codegen
+
+    from tvm_taso import target as targets
+
+    cpu = codegen.llvm_get_system_cpu()
+    if cpu == "generic":
+        pytest.skip("LLVM does not know this machine's CPU")
+    for spelling in ("llvm", {"kind": "llvm", "num-cores": 2}, '{"kind": "llvm"}', None):
+        assert targets.parse(spelling).attrs["mcpu"] == cpu, spelling
+    assert targets.parse({"kind": "llvm", "mcpu": "x86-64"}).attrs["mcpu"] == "x86-64"
+    assert "mcpu" not in targets.parse({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}).attrs
+    assert "mcpu" not in targets.parse(tvm.target.Target("llvm")).attrs
+    assert targets.with_cores("llvm").attrs["mcpu"] == cpu
+    assert f'"mcpu":"{cpu}"' in targets.canonical("llvm")  # measurements are keyed by what was built
+
+
+@pytest.mark.parametrize("search", ["backtrack", "eqsat"])
+def test_optimize_leaves_the_module_it_is_given_as_it_was(search):
+    """The report's kernel count builds the result up to fusion; its first pass (reshapes of
+    constants folded) assigned into the module it was given, so a user's module changed under
+    them, and a second optimize of it searched another graph."""
+    mod = examples.EXAMPLES["llama"]()
+    given = tvm_ffi.structural_hash(mod)
+    first = tvm_taso.optimize(mod, target="cuda", search=search)[1]["cost_after"]
+    assert tvm_ffi.structural_hash(mod) == given
+    assert tvm_taso.optimize(mod, target="cuda", search=search)[1]["cost_after"] == first
 
 
 def test_infinite_time_limit_means_no_limit():

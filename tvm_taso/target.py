@@ -7,6 +7,11 @@ a JSON string or dict (``{"kind": "llvm", "num-cores": 2}``), a :class:`tvm.targ
 are tvm-taso's own annotations (e.g. the MetaSchedule database a measurement used) and are
 dropped before TVM sees the target.
 
+A CPU target that names no CPU (``mcpu``) and is not a cross-compile (no ``mtriple``) is for this
+machine's CPU: TVM's bare ``llvm`` builds for a generic x86-64 (no AVX2, no AVX-512), and the
+kernels priced, measured and shipped should be the ones this CPU runs best. A
+:class:`tvm.target.Target` object is taken as given.
+
 ``"ort[:provider][,key=value...]"`` (or a :class:`tvm_taso.ort.runtime.OrtRuntime`) names onnxruntime
 instead, for ONNX models: the :class:`Target` then carries the runtime, and its TVM target is
 the one whose analytic model stands in for the provider's kernels (``llvm`` for the CPU).
@@ -93,7 +98,7 @@ def parse(target=None):
     if isinstance(target, Target):
         return target.tvm
     if target is None:
-        return tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
+        return tvm.target.Target.current(allow_none=True) or _for_this_cpu(tvm.target.Target("llvm"))
     runtime = _runtime(target)
     if runtime is not None:
         return parse(runtime.proxy)
@@ -110,9 +115,39 @@ def parse(target=None):
     elif not isinstance(data, str) or not data.strip():
         raise TargetError(f"target {target!r} is not a target; expected {_accepted()}")
     try:
-        return tvm.target.Target(_with_cuda_arch(data))
+        parsed = tvm.target.Target(_with_cuda_arch(data))
     except Exception:  # noqa: BLE001 - TVM raises several types for unknown kinds and tags
         raise TargetError(f"unknown target {target!r}; expected {_accepted()}") from None
+    return _for_this_cpu(parsed)
+
+
+@functools.cache
+def host_cpu() -> tuple[str, str]:
+    """This machine's CPU as LLVM names it (``"znver3"``, ``"skylake-avx512"``; ``""`` if LLVM
+    does not know it) and its target triple."""
+    from tvm.target import codegen
+
+    try:
+        name, triple = str(codegen.llvm_get_system_cpu()), str(codegen.llvm_get_system_triple())
+    except Exception:  # noqa: BLE001 - a TVM built without LLVM
+        return "", ""
+    return ("" if name == "generic" else name), triple
+
+
+def _for_this_cpu(parsed):
+    """An llvm target naming no CPU and no other triple, for this machine's CPU (the module
+    docstring says why); said once in the log."""
+    import tvm
+
+    cpu, triple = host_cpu()
+    attrs = parsed.attrs
+    if parsed.kind.name != "llvm" or attrs.get("mcpu") or not cpu or attrs.get("mtriple", triple) != triple:
+        return parsed
+    if not getattr(_for_this_cpu, "said", False):
+        _for_this_cpu.said = True
+        log.info("llvm targets that name no CPU are built for this machine's (mcpu=%s); give an mcpu or "
+                 "an mtriple to build for another", cpu)
+    return tvm.target.Target(dict(parsed.export(), mcpu=cpu))
 
 
 @functools.cache

@@ -227,6 +227,7 @@ def fold_constant_layouts():
     def _fold(mod, _ctx):
         folded = {gvar: _Folder().visit_expr(func) for gvar, func in mod.functions_items()
                   if isinstance(func, relax.Function)}
+        mod = mod.clone()  # the module given is the caller's (IRModule's item assignment changes it in place)
         for gvar, func in folded.items():
             mod[gvar] = func
         return mod

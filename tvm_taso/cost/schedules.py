@@ -41,6 +41,7 @@ def default_schedules(target):
                 kept += 1
             else:
                 scheduled[gvar] = new
+        mod = mod.clone()  # the module given is the caller's (IRModule's item assignment changes it in place)
         for gvar, func in scheduled.items():
             mod[gvar] = func
         log.debug("default schedules: %d kernels scheduled, %d kept as loops", len(scheduled), kept)
