@@ -1,14 +1,17 @@
 """Untuned CPU builds: TVM's plain loops against MetaSchedule's design-space default
 (:func:`tvm_taso.cost.tuning.default_schedules`, what every CPU build now gets for a kernel no
-database tuned), with and without TasoOptimize, beside onnxruntime, timed side by side in one run.
+database tuned), with and without TasoOptimize, for this machine's CPU and for TVM's generic one,
+beside onnxruntime, timed side by side in one run.
 
     python -m benchmarks.default_schedules [--models resnet50 bert-base] [--repeats 5] [--quick]
 
-Per model, five variants timed alternating, ``--repeats`` rounds: TVM's default pipeline as
+Per model, six variants timed alternating, ``--repeats`` rounds: TVM's default pipeline as
 TVM 0.27 ships it (plain loops), the build pipeline with default schedules, the same on the
 module TasoOptimize rewrote (analytic cost for this CPU), the default-schedule build made a
-second time (the A/A row: its ratio to the first is the noise) and onnxruntime on the ONNX model
-(all graph optimizations, one thread per core). Ratios are medians of per-round ratios with
+second time (the A/A row: its ratio to the first is the noise), the default-schedule build for
+TVM's bare ``llvm`` (a generic x86-64: no ``mcpu``, which tvm-taso's ``llvm`` sets to this
+machine's CPU, :mod:`tvm_taso.target`) and onnxruntime on the ONNX model (all graph
+optimizations, one thread per core). Ratios are medians of per-round ratios with
 quartiles; compile seconds are one build each. Writes
 ``benchmarks/results/default_schedules.json`` (``--json``) and prints a table.
 """
@@ -38,7 +41,10 @@ def bench_model(name: str, args) -> dict:
     from tvm_taso.io.onnx_import import import_relax
     from tvm_taso.runtime import inputs_for
 
+    import tvm
+
     target = targets.with_cores("llvm")
+    generic = tvm.target.Target({k: v for k, v in target.export().items() if k != "mcpu"})  # taken as given
     proto = models.build(name, args.quick)
     original = import_relax(proto)
     inputs = inputs_for(original, seed=0)
@@ -48,33 +54,39 @@ def bench_model(name: str, args) -> dict:
         "default schedules": CompiledModule(original, target, inputs, build_pipeline(target)),
         "default schedules + taso": CompiledModule(optimized, target, inputs, build_pipeline(target)),
         "default schedules (A/A)": CompiledModule(original, target, inputs, build_pipeline(target)),
+        "default schedules, generic CPU": CompiledModule(original, generic, inputs, build_pipeline(generic)),
         "onnxruntime": ort_model(proto, inputs),
     }
     samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in variants.items()},
                            args.repeats)
-    row = {"model": name, "size": "quick" if args.quick else "full", "rules_applied": report["applied"],
+    row = {"model": name, "size": "quick" if args.quick else "full", "cpu": target.attrs.get("mcpu", ""),
+           "rules_applied": report["applied"],
            "est_speedup": report["cost_before"] / report["cost_after"] if report["cost_after"] else 1.0,
            "compile_seconds": {k: m.compile_seconds for k, m in variants.items() if hasattr(m, "compile_seconds")},
            "median_ms": {k: float(np.median(v)) for k, v in samples.items()}, "samples_ms": samples}
     row["over_plain_loops"] = speedup(samples["plain loops"], samples["default schedules"])
     row["taso_gain"] = speedup(samples["default schedules"], samples["default schedules + taso"])
     row["a_a"] = speedup(samples["default schedules"], samples["default schedules (A/A)"])
+    row["this_cpu_over_generic"] = speedup(samples["default schedules, generic CPU"], samples["default schedules"])
     row["vs_onnxruntime"] = speedup(samples["onnxruntime"], samples["default schedules + taso"])
-    for key in ("over_plain_loops", "taso_gain", "a_a", "vs_onnxruntime"):
+    for key in ("over_plain_loops", "taso_gain", "a_a", "this_cpu_over_generic", "vs_onnxruntime"):
         row[key].pop("samples", None)
     return row
 
 
 def table(result: dict) -> str:
+    hosted = any("this_cpu_over_generic" in r for r in result["rows"])  # files from before have no such column
+
     def cells(r):
         m, c = r["median_ms"], r["compile_seconds"]
         return [f"{m['plain loops']:.4g}", f"{m['default schedules']:.4g}", f"{m['default schedules + taso']:.4g}",
                 f"{m['onnxruntime']:.4g}", ratio_text(r["over_plain_loops"]), ratio_text(r["taso_gain"]),
-                ratio_text(r["a_a"]), ratio_text(r["vs_onnxruntime"]),
-                f"{c['plain loops']:.1f}, {c['default schedules']:.1f}"]
+                ratio_text(r["a_a"])] + ([ratio_text(r.get("this_cpu_over_generic"))] if hosted else []) + [
+                ratio_text(r["vs_onnxruntime"]), f"{c['plain loops']:.1f}, {c['default schedules']:.1f}"]
 
     return model_table(["model", "plain loops ms", "default schedules ms", "+ taso ms", "onnxruntime ms",
-                        "default over plain", "taso gain", "A/A", "+ taso vs onnxruntime", "compile s (plain, default)"],
+                        "default over plain", "taso gain", "A/A"] + (["this CPU over generic"] if hosted else [])
+                       + ["+ taso vs onnxruntime", "compile s (plain, default)"],
                        result["rows"], cells)
 
 

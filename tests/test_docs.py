@@ -78,6 +78,7 @@ TABLES = [
     ("tuned", "table", "tuned.json", "benchmarks/README.md"),
     ("default_schedules", "table", "default_schedules.json", "benchmarks/README.md"),
     ("default_schedules", "table", "default_schedules_cnns.json", "benchmarks/README.md"),
+    ("default_schedules", "table", "default_schedules_host_cpu.json", "benchmarks/README.md"),
 ]
 
 
