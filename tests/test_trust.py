@@ -558,6 +558,25 @@ def test_a_region_cut_short_by_its_share_in_a_worker_is_searched_again_in_order(
     assert parallel.structural_hash() == serial.structural_hash()
 
 
+def test_a_fold_is_shared_only_with_a_byte_equal_one():
+    """Folds are looked up by a sample of their elements, then compared whole: an equal fold is
+    the one array; one that differs off the sample, or only in a zero's sign, is not."""
+    from tvm_taso.ir.graph import SAMPLED_ELEMENTS, shared_weight
+
+    rng = np.random.default_rng(0)
+    first = shared_weight(rng.standard_normal(8 * SAMPLED_ELEMENTS).astype(np.float32))
+    assert shared_weight(first.copy()) is first
+    off_sample = first.copy()
+    off_sample[1] += 1.0  # every 8th element is sampled
+    assert shared_weight(off_sample) is off_sample and first[1] != off_sample[1]
+    zeros = shared_weight(np.zeros(2 * SAMPLED_ELEMENTS, np.float32))
+    assert shared_weight(np.zeros(2 * SAMPLED_ELEMENTS, np.float32)) is zeros
+    signed = np.zeros(2 * SAMPLED_ELEMENTS, np.float32)
+    signed[1] = -0.0
+    assert shared_weight(signed) is signed
+    assert shared_weight(first.reshape(8, -1).copy()) is not first  # another shape
+
+
 def test_weights_shared_by_layers_are_folded_once(tmp_path):
     """ALBERT shares one layer's weights across its layers: each layer's merged Q/K/V used to be
     written as a new copy (3.7x the model). A merge of shared weights is written once."""

@@ -435,6 +435,7 @@ def fold_constants(graph: Graph, new: set[int] | frozenset = frozenset()) -> int
 # array, not a copy per layer.
 _FOLDED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 SHARED_ELEMENTS = 1024  # smaller folds are not worth hashing
+SAMPLED_ELEMENTS = 4096  # a fold is looked up by a digest of about this many of its elements
 
 
 def content_digest(array: np.ndarray) -> bytes:
@@ -446,14 +447,22 @@ def content_digest(array: np.ndarray) -> bytes:
 
 def shared_weight(array: np.ndarray) -> np.ndarray:
     """``array``, or an equal one (dtype, shape and bytes) folded before and still alive. A view
-    that is not contiguous (a transposed weight) stays as it is: hashing would copy it."""
+    that is not contiguous (a transposed weight) stays as it is: hashing would copy it.
+
+    The candidate is found by a digest of evenly spaced elements and then compared byte for byte:
+    hashing every byte of every fold was 0.8 s of a 9 s search of full NasRNN, most folds having no
+    twin. Two folds that agree on the sample but not elsewhere are both kept, unshared."""
     if array.size <= SHARED_ELEMENTS or not array.flags.c_contiguous:
         return array
-    key = content_digest(array)
+    flat = array.reshape(-1)
+    key = content_digest(np.ascontiguousarray(flat[:: max(1, flat.size // SAMPLED_ELEMENTS)])) + \
+        f"{array.dtype}{array.shape}".encode()
     found = _FOLDED.get(key)
-    if found is not None:
+    if found is None:
+        _FOLDED[key] = array
+        return array
+    if np.array_equal(found.reshape(-1).view(np.uint8), flat.view(np.uint8)):
         return found
-    _FOLDED[key] = array
     return array
 
 
