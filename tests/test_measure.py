@@ -192,9 +192,13 @@ def test_metaschedule_database_applies_tuned_schedules(tmp_path):
     sch.reorder(i, j0, r, j1)
     sch.vectorize(j1)
     prim = next(iter(workload_mod.functions.values()))
-    # TVM's plain loops, as a database record too (an empty trace): builds without a database
-    # give every kernel the default schedule instead
-    for folder, trace in ((tmp_path / "tuned", sch.trace), (tmp_path / "plain", s_tir.Schedule(workload_mod).trace)):
+    # a slow schedule as the other database's record: loops in (j, r, i) order, the innermost one
+    # striding through rows (TVM's plain loops were the slow record, but built for this machine's
+    # CPU LLVM vectorizes them itself, and their time came within 1.5x of the tuned one's)
+    slow = s_tir.Schedule(workload_mod)
+    i, j, r = slow.get_loops(slow.get_sblock("matmul"))
+    slow.reorder(j, r, i)
+    for folder, trace in ((tmp_path / "tuned", sch.trace), (tmp_path / "plain", slow.trace)):
         folder.mkdir()
         db = ms.database.JSONDatabase(work_dir=str(folder))
         db.commit_tuning_record(ms.database.TuningRecord(
@@ -204,7 +208,7 @@ def test_metaschedule_database_applies_tuned_schedules(tmp_path):
     tuned = measure_kernel(k, llvm, repeats=3, isolate=False, database=tmp_path / "tuned")
     default = measure_kernel(k, llvm, repeats=3, isolate=False)
     assert plain.status == tuned.status == default.status == "ok"
-    assert tuned.median_us < plain.median_us / 1.5  # measured 1.8-2.1x here: 2x was the edge of the noise
+    assert tuned.median_us < plain.median_us / 1.5
     assert tuned.target != plain.target and "taso:ms_database" in json.loads(tuned.target)
     assert json.loads(default.target)["taso:schedule"] == DEFAULT_SCHEDULE and "taso:ms_database" not in default.target
 
