@@ -206,6 +206,8 @@ def fold_constant_layouts():
     import tvm
     from tvm import relax
 
+    from tvm_taso.ir.relax_bridge import with_functions
+
     @relax.expr_functor.mutator
     class _Folder(relax.PyExprMutator):
         def visit_call_(self, call):
@@ -225,12 +227,8 @@ def fold_constant_layouts():
 
     @tvm.transform.module_pass(opt_level=0, name="TasoFoldConstantLayouts")
     def _fold(mod, _ctx):
-        folded = {gvar: _Folder().visit_expr(func) for gvar, func in mod.functions_items()
-                  if isinstance(func, relax.Function)}
-        mod = mod.clone()  # the module given is the caller's (IRModule's item assignment changes it in place)
-        for gvar, func in folded.items():
-            mod[gvar] = func
-        return mod
+        return with_functions(mod, {gvar: _Folder().visit_expr(func) for gvar, func in mod.functions_items()
+                                    if isinstance(func, relax.Function)})
 
     return _fold
 

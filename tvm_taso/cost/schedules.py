@@ -28,6 +28,8 @@ def default_schedules(target):
     not from a database) its design-space default (:func:`design_space_default`)."""
     import tvm
 
+    from tvm_taso.ir.relax_bridge import with_functions
+
     sizing = targets.with_cores(target)  # the parallel extents follow the cores
 
     @tvm.transform.module_pass(opt_level=0, name="TasoDefaultSchedule")
@@ -41,11 +43,8 @@ def default_schedules(target):
                 kept += 1
             else:
                 scheduled[gvar] = new
-        mod = mod.clone()  # the module given is the caller's (IRModule's item assignment changes it in place)
-        for gvar, func in scheduled.items():
-            mod[gvar] = func
         log.debug("default schedules: %d kernels scheduled, %d kept as loops", len(scheduled), kept)
-        return mod
+        return with_functions(mod, scheduled)
 
     return _schedule
 

@@ -15,7 +15,7 @@ from tvm_taso.driver.block import Result, SearchRun, search_written
 from tvm_taso.errors import TargetError
 from tvm_taso.guard import guard as measured_guard
 from tvm_taso.ir.ops import OpError
-from tvm_taso.ir.relax_bridge import BlockGraph, FunctionSymbols, foreign_function
+from tvm_taso.ir.relax_bridge import BlockGraph, FunctionSymbols, foreign_function, with_functions
 from tvm_taso.search import SearchStats
 
 log = logging.getLogger("tvm_taso")
@@ -73,8 +73,7 @@ def optimize_relax(mod: tvm.IRModule, run: SearchRun, stats: SearchStats, skippe
             continue
         kept = new_func is not func
         if kept:
-            candidate = result.model.clone()
-            candidate.update_func(gvar, new_func)
+            candidate = with_functions(result.model, {gvar: new_func})
             if not relax.analysis.check_well_formed(candidate):
                 skipped[f"@{fname}: rewritten function was not well formed; kept the original"] += 1
                 one.cost_after, kept = one.cost_before, False

@@ -27,6 +27,16 @@ from tvm_taso.ir.ops import OpError
 FOREIGN_ATTRS = ("Primitive", "Composite", "Codegen")
 
 
+def with_functions(mod: tvm.IRModule, functions: dict) -> tvm.IRModule:
+    """A copy of ``mod`` with the functions of ``functions`` (global var -> function) replaced;
+    ``mod`` itself stays as it was (an IRModule's item assignment changes it in place, and a pass
+    is handed its caller's module)."""
+    mod = mod.clone()
+    for gvar, func in functions.items():
+        mod[gvar] = func
+    return mod
+
+
 def foreign_function(func) -> str | None:
     """The attribute that makes ``func`` off limits to rewriting (see :data:`FOREIGN_ATTRS`),
     or None."""
