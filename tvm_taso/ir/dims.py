@@ -321,6 +321,8 @@ def _text(x) -> str:
 def equal(a, b) -> bool:
     """``a == b`` for sizes or tuples of sizes, decided: True when it holds for every value of
     the symbols, False when it holds for none, Undecidable otherwise (a rule's ``=``)."""
+    if type(a) is int and type(b) is int:  # static sizes: most of what conditions compare
+        return a == b
     if isinstance(a, tuple) or isinstance(b, tuple):
         if not (isinstance(a, tuple) and isinstance(b, tuple)) or len(a) != len(b):
             return False

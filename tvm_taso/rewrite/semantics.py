@@ -154,26 +154,73 @@ def conditions_hold(rule: Rule, env: dict, values: Values, why: list | None = No
 
 def evaluate_attr(x, env: dict, values: Values | None):
     """Value of an attribute expression under the bindings of a match, the tensors it reads
-    (``dim``, ``rank``, ``shape``, ``const?``) read through ``values``."""
+    (``dim``, ``rank``, ``shape``, ``const?``) read through ``values``. An expression is
+    compiled to nested closures once (:func:`_compiled`): conditions and target attributes are
+    evaluated at every site every search checks."""
+    if not isinstance(x, (Var, Tup, Call)):
+        return x
+    entry = _COMPILED.get(id(x))
+    if entry is None or entry[0] is not x:
+        if len(_COMPILED) >= _MEMO_LIMIT:
+            _COMPILED.clear()
+        entry = _COMPILED[id(x)] = (x, _compiled(x))
+    return entry[1](env, values)
+
+
+# id of an expression -> (the expression, its closure); the expression is held so that its id is
+# not reused
+_COMPILED: dict[int, tuple[object, object]] = {}
+
+
+def _compiled(x):
+    """``x`` as a function of (bindings, values) computing what :func:`evaluate_attr` defines:
+    the same value, or the same exception, the operands of a function all evaluated before it
+    is applied (``and`` and ``or`` do not short-circuit)."""
     if isinstance(x, Var):
-        if "@" + x.name in env:
-            return env["@" + x.name]
-        raise KeyError(x.name)
+        key, name = "@" + x.name, x.name
+
+        def variable(env, values):
+            try:
+                return env[key]
+            except KeyError:
+                raise KeyError(name) from None
+
+        return variable
     if isinstance(x, Tup):
-        return tuple(evaluate_attr(i, env, values) for i in x.items)
+        items = tuple(_compiled(i) for i in x.items)
+        return lambda env, values: tuple(f(env, values) for f in items)
     if isinstance(x, Call):
         if x.fn in TENSOR_FUNCTIONS:
-            ref = env[x.args[0].name]
-            if x.fn == "const?":
-                return values.is_constant(ref)
-            shape = values.type_of(ref).shape
-            if x.fn == "rank":
-                return len(shape)
-            if x.fn == "shape":
-                return shape
-            k = evaluate_attr(x.args[1], env, values)
-            if not -len(shape) <= k < len(shape):
-                raise OpError(f"dim {k} of rank {len(shape)}")
-            return shape[k]
-        return FUNCTIONS[x.fn](*(evaluate_attr(a, env, values) for a in x.args))
-    return x
+            return _tensor_function(x)
+        args = tuple(_compiled(a) for a in x.args)
+        fn_name = x.fn
+        if len(args) == 2:
+            first, second = args
+
+            def binary(env, values):
+                return FUNCTIONS[fn_name](first(env, values), second(env, values))
+
+            return binary
+        return lambda env, values: FUNCTIONS[fn_name](*(f(env, values) for f in args))
+    return lambda env, values: x
+
+
+def _tensor_function(x: Call):
+    """``(dim ?t k)``, ``(rank ?t)``, ``(shape ?t)`` or ``(const? ?t)`` compiled."""
+    fn, tensor = x.fn, x.args[0].name
+    if fn == "const?":
+        return lambda env, values: values.is_constant(env[tensor])
+    if fn == "rank":
+        return lambda env, values: len(values.type_of(env[tensor]).shape)
+    if fn == "shape":
+        return lambda env, values: values.type_of(env[tensor]).shape
+    index = _compiled(x.args[1])
+
+    def dim(env, values):
+        shape = values.type_of(env[tensor]).shape
+        k = index(env, values)
+        if not -len(shape) <= k < len(shape):
+            raise OpError(f"dim {k} of rank {len(shape)}")
+        return shape[k]
+
+    return dim

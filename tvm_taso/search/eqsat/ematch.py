@@ -137,6 +137,9 @@ class Applier:
         self.creator, self.sites = creator, sites
         self._site: list = []
         self._new: dict = {}  # e-node -> Ref of this round's additions
+        # (op, operand classes, attributes as a target gave them) -> its e-node: normal_node's
+        # spelling and type inference once per round (four in ten targets repeat one)
+        self._spelled: dict = {}
         self._leaf: dict = {}
         for cid, enodes in view.classes.items():
             for e in enodes:
@@ -227,13 +230,24 @@ class Applier:
     def add_op(self, op: str, args: list[int], attrs: dict) -> int:
         """The class of ``op`` on the classes ``args`` (spelled by :func:`normal_node`, as a
         graph's node is), added if new; raises OpError if the types do not check."""
+        spelled = (op, tuple(args), tuple(attrs.items()))
+        try:
+            enode = self._spelled.get(spelled)
+        except TypeError:  # an attribute value that does not hash (a list, from a rule built in code)
+            enode = spelled = None
+        if enode is not None:
+            return self._enode(enode, None)
         node = normal_node(op, [(a, 0) for a in args], attrs, self.shapes)
         key = self.eg.op_key(op, node.attrs)
         enode = ("node", key, tuple(cid for cid, _ in node.inputs))
         if enode in self.view.class_of or enode in self._new:
-            return self._enode(enode, None)
-        types = node.output_types()
-        return self._enode(enode, lambda: self.eg.add_node(key, enode[2], types))
+            found = self._enode(enode, None)
+        else:
+            types = node.output_types()
+            found = self._enode(enode, lambda: self.eg.add_node(key, enode[2], types))
+        if spelled is not None:
+            self._spelled[spelled] = enode
+        return found
 
 
 # -- relational matching: the patterns' structure matched by egglog -----------------------------
@@ -461,6 +475,7 @@ class Sites:
         self._done: dict[int, set] = {key: set() for key, c in compiled.items() if len(c.parts) > 1}
         # relation of a JOIN part -> every row read so far (the other relations' rows live in backlogs)
         self._rows: dict[str, list] = {part.relation: [] for key in self._done for part in compiled[key].parts}
+        self._bound_memo: dict[int, dict] = {}  # id of a compiled rule -> op keys -> bindings (or _COMPUTES)
 
     def update(self, view: EGraphView, loaded: Container[int] | None = None) -> None:
         """Read a new snapshot: its new rows join the backlogs, renamed to the classes now.
@@ -581,8 +596,16 @@ class Sites:
 
     def _site(self, compiled: CompiledRule, parts, rows, accept) -> tuple[tuple[int, ...], dict] | None:
         """The site of one row per part: (roots, bindings), or None where a check fails (the
-        cheapest checks first)."""
+        cheapest checks first: the attributes of a rule whose patterns compute nothing are
+        looked up by the row's op keys)."""
         rule, view = compiled.rule, self.view
+        keys: list = [None] * len(compiled.ops)
+        for part, row in zip(parts, rows):
+            for j, op_key in zip(part.ops, row[len(part.roots) + len(part.variables):]):
+                keys[j] = op_key
+        bound = self._bound(compiled, keys)
+        if bound is None:  # ATTRIBUTES
+            return None
         roots: list = [None] * len(rule.src)
         for part, row in zip(parts, rows):
             for i, c in zip(part.roots, row):
@@ -596,19 +619,33 @@ class Sites:
             if isinstance(pat, Get) and pat.index >= len(view.types[roots[i]]):  # GET_ROOT
                 return None
         classes: list = [None] * len(compiled.variables)
-        keys: list = [None] * len(compiled.ops)
         for part, row in zip(parts, rows):
-            cut = len(part.roots) + len(part.variables)
-            for k, c in zip(part.variables, row[len(part.roots):cut]):
+            for k, c in zip(part.variables, row[len(part.roots):len(part.roots) + len(part.variables)]):
                 if view.is_tuple(c):  # TUPLE_OPERAND
                     return None
                 classes[k] = c
-            for j, op_key in zip(part.ops, row[cut:]):
-                keys[j] = op_key
-        env = self._attributes(compiled, keys, {name: (c, 0) for name, c in zip(compiled.variables, classes)})
+        env = {name: (c, 0) for name, c in zip(compiled.variables, classes)}
+        env = self._attributes(compiled, keys, env) if bound is _COMPUTES else {**env, **bound}
         if env is None or not conditions_hold(rule, env, self.shapes):  # CONDITIONS
             return None
         return roots, env
+
+    def _bound(self, compiled: CompiledRule, keys: list):
+        """ATTRIBUTES for op keys ``keys`` of a rule whose op patterns compute nothing: the
+        attribute variables they bind, or None if they do not fit (memoized per rule: the same
+        ops recur in row after row); :data:`_COMPUTES` for a rule with a pattern that computes
+        (checked in order with the tensors bound, :meth:`_attributes`)."""
+        memo = self._bound_memo.get(id(compiled))
+        if memo is None:
+            memo = self._bound_memo[id(compiled)] = (
+                _COMPUTES if any(computes(v) for pat in compiled.ops for _, v in pat.attrs) else {})
+        if memo is _COMPUTES:
+            return _COMPUTES
+        key = tuple(keys)
+        found = memo.get(key, _COMPUTES)
+        if found is _COMPUTES:
+            found = memo[key] = self._attributes(compiled, keys, {})
+        return found
 
     def _attributes(self, compiled: CompiledRule, keys: list, env: dict) -> dict | None:
         """ATTRIBUTES: each op pattern's attributes against its op key's, in order."""
@@ -617,3 +654,6 @@ class Sites:
             if env is None:
                 return None
         return env
+
+
+_COMPUTES = object()  # Sites._bound: the rule's attributes are checked with its tensors bound
