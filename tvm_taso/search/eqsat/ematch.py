@@ -596,16 +596,9 @@ class Sites:
 
     def _site(self, compiled: CompiledRule, parts, rows, accept) -> tuple[tuple[int, ...], dict] | None:
         """The site of one row per part: (roots, bindings), or None where a check fails (the
-        cheapest checks first: the attributes of a rule whose patterns compute nothing are
-        looked up by the row's op keys)."""
+        cheapest checks first; the attributes of a rule whose patterns compute nothing are
+        looked up by the row's op keys, before anything is bound)."""
         rule, view = compiled.rule, self.view
-        keys: list = [None] * len(compiled.ops)
-        for part, row in zip(parts, rows):
-            for j, op_key in zip(part.ops, row[len(part.roots) + len(part.variables):]):
-                keys[j] = op_key
-        bound = self._bound(compiled, keys)
-        if bound is None:  # ATTRIBUTES
-            return None
         roots: list = [None] * len(rule.src)
         for part, row in zip(parts, rows):
             for i, c in zip(part.roots, row):
@@ -614,6 +607,13 @@ class Sites:
         if len(roots) > 1 and len(set(roots)) != len(roots):  # DISTINCT_ROOTS (across parts)
             return None
         if accept is not None and not accept(roots):
+            return None
+        keys: list = [None] * len(compiled.ops)
+        for part, row in zip(parts, rows):
+            for j, op_key in zip(part.ops, row[len(part.roots) + len(part.variables):]):
+                keys[j] = op_key
+        bound = self._bound(compiled, keys)
+        if bound is None:  # ATTRIBUTES
             return None
         for i, pat in enumerate(rule.src):
             if isinstance(pat, Get) and pat.index >= len(view.types[roots[i]]):  # GET_ROOT
