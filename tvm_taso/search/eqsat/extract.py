@@ -88,11 +88,14 @@ class Extractor:
         self.kernel_memo = kernel_memo
         self.weights = self._weight_classes()
         self.node_cost = {(cid, e): self._approx(cid, e) for cid, es in view.classes.items() for e in es}
+        # (class, e-node, its price + EPSILON, its operands) of every e-node, class by class: what
+        # the greedy choices relax (greedy_given runs once per switch tried); and by operand
+        self._enodes = [(cid, e, self.node_cost[(cid, e)] + EPSILON, e[2])
+                        for cid, es in view.classes.items() for e in es]
         self._parents: dict = {}
-        for cid, es in view.classes.items():
-            for e in es:
-                for ch in set(e[2]):
-                    self._parents.setdefault(ch, []).append((cid, e))
+        for entry in self._enodes:
+            for ch in set(entry[3]):
+                self._parents.setdefault(ch, []).append(entry)
         self._greedy, self._greedy_cost = self.greedy()
         self.rewrites = self._rewrites(sites)
 
@@ -151,15 +154,15 @@ class Extractor:
         """Per class, the e-node of least tree cost (bottom-up to a fixed point): (choice, cost)."""
         best = {cid: math.inf for cid in self.view.classes}
         choice: dict = {}
+        cost_of = best.__getitem__
         changed = True
         while changed:
             changed = False
-            for cid, enodes in self.view.classes.items():
-                for e in enodes:
-                    c = self.node_cost[(cid, e)] + EPSILON + sum(best[ch] for ch in e[2])
-                    if c < best[cid] - 1e-12:
-                        best[cid], choice[cid] = c, e
-                        changed = True
+            for cid, e, base, children in self._enodes:
+                c = base + sum(map(cost_of, children))
+                if c < best[cid] - 1e-12:
+                    best[cid], choice[cid] = c, e
+                    changed = True
         return choice, best
 
     def greedy_given(self, free: dict) -> tuple[dict, dict]:
@@ -176,14 +179,15 @@ class Extractor:
                 heap.append((0.0, cid))
             best[cid], choice[cid] = 0.0, e
         heapq.heapify(heap)
+        cost_of = best.__getitem__
         while heap:
             c0, ch = heapq.heappop(heap)
             if c0 > best[ch]:
                 continue
-            for cid, e in self._parents.get(ch, ()):
+            for cid, e, base, children in self._parents.get(ch, ()):
                 if cid in free:
                     continue
-                c = self.node_cost[(cid, e)] + EPSILON + sum(best[x] for x in e[2])
+                c = base + sum(map(cost_of, children))
                 if c < best[cid] - 1e-12:
                     best[cid], choice[cid] = c, e
                     heapq.heappush(heap, (c, cid))
@@ -274,10 +278,35 @@ class Extractor:
         return None
 
     # -- graphs ------------------------------------------------------------------------------------
-    def build(self, choice: dict, fallback: dict, root: int | None = None) -> tuple[Graph, dict] | None:
+    def chosen(self, choice: dict, fallback: dict, root: int) -> dict | None:
+        """The choices the graph of class ``root`` uses (as :meth:`build` would, without
+        building it); None if they close a cycle."""
+        used: dict = {}
+        on_path: set = set()
+
+        def visit(cid):
+            if cid in used:
+                return
+            if cid in on_path:
+                raise _Cycle
+            e = choice.get(cid) or fallback.get(cid)
+            if e is None:
+                raise _Cycle
+            on_path.add(cid)
+            for c in e[2]:
+                visit(c)
+            on_path.discard(cid)
+            used[cid] = e
+
+        try:
+            visit(root)
+        except (_Cycle, RecursionError):
+            return None
+        return used
+
+    def build(self, choice: dict, fallback: dict) -> tuple[Graph, dict] | None:
         """The graph of ``choice`` (classes it lacks take ``fallback``'s e-node), with the
-        choices it used; None if they close a cycle. With ``root``, the graph of that class
-        alone."""
+        choices it used; None if they close a cycle."""
         g = Graph(self.sub.sizes)
         for nid, node in self.sub.nodes.items():
             if node.op in LEAVES:
@@ -321,7 +350,7 @@ class Extractor:
             return ref[cid]
 
         try:
-            g.outputs = [visit(r) for r in ([root] if root is not None else self.roots)]
+            g.outputs = [visit(r) for r in self.roots]
         except (_Cycle, RecursionError):
             return None
         g.prune()
@@ -406,10 +435,10 @@ class Extractor:
                     return cost, g, used
                 left -= 1
                 tried.add((cid, e))
-                forced = self.build({cid: e}, greedy, root=cid)
+                forced = self.chosen({cid: e}, greedy, cid)
                 if forced is None:
                     continue
-                built = self.build(forced[1], self.greedy_given(forced[1])[0])
+                built = self.build(forced, self.greedy_given(forced)[0])
                 if built is None:
                     continue
                 choices = frozenset(built[1].items())
