@@ -278,9 +278,9 @@ class Extractor:
         return None
 
     # -- graphs ------------------------------------------------------------------------------------
-    def chosen(self, choice: dict, fallback: dict, root: int) -> dict | None:
-        """The choices the graph of class ``root`` uses (as :meth:`build` would, without
-        building it); None if they close a cycle."""
+    def chosen(self, choice: dict, fallback: dict, roots) -> dict | None:
+        """The choices the graph of classes ``roots`` uses (classes ``choice`` lacks take
+        ``fallback``'s e-node), operands before their users; None if they close a cycle."""
         used: dict = {}
         on_path: set = set()
 
@@ -299,36 +299,27 @@ class Extractor:
             used[cid] = e
 
         try:
-            visit(root)
+            for root in roots:
+                visit(root)
         except (_Cycle, RecursionError):
             return None
         return used
 
     def build(self, choice: dict, fallback: dict) -> tuple[Graph, dict] | None:
-        """The graph of ``choice`` (classes it lacks take ``fallback``'s e-node), with the
-        choices it used; None if they close a cycle."""
+        """The graph of ``choice`` (:meth:`chosen`), with the choices it used; None if they close
+        a cycle."""
+        used = self.chosen(choice, fallback, self.roots)
+        if used is None:
+            return None
         g = Graph(self.sub.sizes)
         for nid, node in self.sub.nodes.items():
             if node.op in LEAVES:
                 g.put_leaf(nid, node)
         g.continue_numbering(self.sub)
-        used: dict = {}
         ref: dict = {}
-        on_path: set = set()
         eg = self.eg
-
-        def visit(cid):
-            if cid in ref:
-                return ref[cid]
-            if cid in on_path:
-                raise _Cycle
-            e = choice.get(cid) or fallback.get(cid)
-            if e is None:
-                raise _Cycle
-            on_path.add(cid)
-            inputs = [visit(c) for c in e[2]]
-            on_path.discard(cid)
-            used[cid] = e
+        for cid, e in used.items():
+            inputs = [ref[c] for c in e[2]]
             if e[0] == "leaf":
                 op, ty, payload, key, node_id = eg.leaves[e[1]]
                 nid = node_id if node_id is not None else g.add_leaf(op, ty, payload, key=key)
@@ -347,12 +338,7 @@ class Extractor:
                 else:
                     nid = g.add_typed(op, tuple(inputs), attrs, types)
                 ref[cid] = (nid, -1) if self.view.is_tuple(cid) else (nid, 0)
-            return ref[cid]
-
-        try:
-            g.outputs = [visit(r) for r in self.roots]
-        except (_Cycle, RecursionError):
-            return None
+        g.outputs = [ref[r] for r in self.roots]
         g.prune()
         return g, used
 
@@ -435,7 +421,7 @@ class Extractor:
                     return cost, g, used
                 left -= 1
                 tried.add((cid, e))
-                forced = self.chosen({cid: e}, greedy, cid)
+                forced = self.chosen({cid: e}, greedy, (cid,))
                 if forced is None:
                     continue
                 built = self.build(forced, self.greedy_given(forced)[0])
