@@ -5,12 +5,14 @@ beside onnxruntime, timed side by side in one run.
 
     python -m benchmarks.default_schedules [--models resnet50 bert-base] [--repeats 5] [--quick]
 
-Per model, six variants timed alternating, ``--repeats`` rounds: TVM's default pipeline as
+Per model, seven variants timed alternating, ``--repeats`` rounds: TVM's default pipeline as
 TVM 0.27 ships it (plain loops), the build pipeline with default schedules, the same on the
 module TasoOptimize rewrote (analytic cost for this CPU), the default-schedule build made a
 second time (the A/A row: its ratio to the first is the noise), the default-schedule build for
 TVM's bare ``llvm`` (a generic x86-64: no ``mcpu``, which tvm-taso's ``llvm`` sets to this
-machine's CPU, :mod:`tvm_taso.target`) and onnxruntime on the ONNX model (all graph
+machine's CPU, :mod:`tvm_taso.target`), the default-schedule build with the model's own conv
+layouts (no channels-last conversion, :func:`tvm_taso.target.conv_layouts`) and onnxruntime on
+the ONNX model (all graph
 optimizations, one thread per core). Ratios are medians of per-round ratios with
 quartiles; compile seconds are one build each. Writes
 ``benchmarks/results/default_schedules.json`` (``--json``) and prints a table.
@@ -55,6 +57,8 @@ def bench_model(name: str, args) -> dict:
         "default schedules + taso": CompiledModule(optimized, target, inputs, build_pipeline(target)),
         "default schedules (A/A)": CompiledModule(original, target, inputs, build_pipeline(target)),
         "default schedules, generic CPU": CompiledModule(original, generic, inputs, build_pipeline(generic)),
+        "default schedules, model layouts": CompiledModule(original, target, inputs,
+                                                          build_pipeline(target, model_layouts=True)),
         "onnxruntime": ort_model(proto, inputs),
     }
     samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in variants.items()},
@@ -68,24 +72,31 @@ def bench_model(name: str, args) -> dict:
     row["taso_gain"] = speedup(samples["default schedules"], samples["default schedules + taso"])
     row["a_a"] = speedup(samples["default schedules"], samples["default schedules (A/A)"])
     row["this_cpu_over_generic"] = speedup(samples["default schedules, generic CPU"], samples["default schedules"])
+    row["channels_last_over_model_layouts"] = speedup(samples["default schedules, model layouts"],
+                                                      samples["default schedules"])
     row["vs_onnxruntime"] = speedup(samples["onnxruntime"], samples["default schedules + taso"])
-    for key in ("over_plain_loops", "taso_gain", "a_a", "this_cpu_over_generic", "vs_onnxruntime"):
+    for key in ("over_plain_loops", "taso_gain", "a_a", "this_cpu_over_generic", "channels_last_over_model_layouts",
+                "vs_onnxruntime"):
         row[key].pop("samples", None)
     return row
 
 
 def table(result: dict) -> str:
-    hosted = any("this_cpu_over_generic" in r for r in result["rows"])  # files from before have no such column
+    # files from before have no such columns
+    hosted = any("this_cpu_over_generic" in r for r in result["rows"])
+    layouts = any("channels_last_over_model_layouts" in r for r in result["rows"])
 
     def cells(r):
         m, c = r["median_ms"], r["compile_seconds"]
         return [f"{m['plain loops']:.4g}", f"{m['default schedules']:.4g}", f"{m['default schedules + taso']:.4g}",
                 f"{m['onnxruntime']:.4g}", ratio_text(r["over_plain_loops"]), ratio_text(r["taso_gain"]),
-                ratio_text(r["a_a"])] + ([ratio_text(r.get("this_cpu_over_generic"))] if hosted else []) + [
+                ratio_text(r["a_a"])] + ([ratio_text(r.get("this_cpu_over_generic"))] if hosted else []) + (
+                [ratio_text(r.get("channels_last_over_model_layouts"))] if layouts else []) + [
                 ratio_text(r["vs_onnxruntime"]), f"{c['plain loops']:.1f}, {c['default schedules']:.1f}"]
 
     return model_table(["model", "plain loops ms", "default schedules ms", "+ taso ms", "onnxruntime ms",
                         "default over plain", "taso gain", "A/A"] + (["this CPU over generic"] if hosted else [])
+                       + (["channels last over model layouts"] if layouts else [])
                        + ["+ taso vs onnxruntime", "compile s (plain, default)"],
                        result["rows"], cells)
 

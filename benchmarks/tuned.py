@@ -3,10 +3,10 @@ and run in onnxruntime, all timed side by side in one run.
 
     python -m benchmarks.tuned [--models resnet50 bert-base] [--trials 2000] [--time-limit S] [--quick]
 
-Per model: the original is tuned with ``--trials`` MetaSchedule trials
-(:func:`tvm_taso.cost.tuning.tune`, split by share of the work), then the optimized module
-(TasoOptimize with the analytic cost model for this CPU) into the same database, where only the
-kernels the rewrites changed are new. Then five variants are timed alternating, ``--repeats``
+Per model: the optimized module (TasoOptimize with the analytic cost model for this CPU) is
+tuned with ``--trials`` MetaSchedule trials (:func:`tvm_taso.cost.tuning.tune`, split by share
+of the work, within ``--time-limit`` seconds), then the original into the same database with as
+many, where the kernels the rewrites left as they were are tuned already. Then five variants are timed alternating, ``--repeats``
 rounds: TVM untuned, TVM tuned (original), TVM tuned (optimized), the tuned original built a
 second time (the A/A row: its ratio to the first is the noise), and onnxruntime on the ONNX
 model (all graph optimizations, one thread per core). Ratios are medians of per-round ratios
@@ -46,8 +46,8 @@ def bench_model(name: str, args, work_dir: Path) -> dict:
     inputs = inputs_for(original, seed=0)
     optimized, report = tvm_taso.optimize(original, target=target, cost_model="analytic", guard=False)
     db = work_dir / name
-    tuning = {"original": tune(original, target, db, args.trials, time_limit=args.time_limit),
-              "optimized": tune(optimized, target, db, args.trials, time_limit=args.time_limit)}
+    tuning = {"optimized": tune(optimized, target, db, args.trials, time_limit=args.time_limit),
+              "original": tune(original, target, db, args.trials, time_limit=args.time_limit)}
     tuned = build_pipeline(target, db)
     variants = {
         "untuned": CompiledModule(original, target, inputs, "default"),

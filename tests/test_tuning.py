@@ -18,7 +18,10 @@ from tvm_taso import target as targets
 from tvm_taso.cli.main import main
 from tvm_taso.cost import tuning
 from tvm_taso.cost.schedules import default_schedules
+from tvm_taso.cost.database import measured_target
 from tvm_taso.cost.factory import make_cost_model
+from tvm_taso.cost.model import Kernel
+from tvm_taso.ir.ops import TensorType
 
 
 def _relu_of(path, op: str, const: np.ndarray, rows: int, width: int):
@@ -291,6 +294,102 @@ def test_cpu_builds_give_every_untuned_kernel_the_default_schedule():
     text = "\n".join(f.script() for f in kernels.values())
     assert "T.parallel" in text and "T.vectorized" in text and "schedule_rule" not in text
     _plain_and_default_builds_agree(mod)
+
+
+def _calls(func) -> list:
+    import tvm
+    from tvm import relax
+
+    calls = []
+    relax.analysis.post_order_visit(func, lambda e: calls.append(e) if isinstance(e, relax.Call)
+                                    and isinstance(e.op, tvm.ir.Op) else None)
+    return calls
+
+
+def test_cpu_builds_run_convolutions_channels_last():
+    """On a CPU every conv becomes NHWC with HWIO weights; the weights are permuted once, when
+    building (no transpose of a constant is left to run), and the activations only where the
+    convolutions meet the model's layout, each once (a build in the model's layouts has no
+    transpose). The build computes what TVM's own pipeline computes. GPUs keep the model's
+    layouts."""
+    import tvm
+
+    from tvm_taso.cost.kernel_build import convert_layouts, fold_constant_layouts, fused_module
+
+    assert targets.conv_layouts("cuda") is None
+    layouts = targets.conv_layouts("llvm")
+    assert layouts == {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+    mod = examples.inception_block()
+    converted = fold_constant_layouts()(convert_layouts(layouts)(mod))
+    calls = _calls(converted["main"])
+    convs = [c for c in calls if c.op.name == "relax.nn.conv2d"]
+    assert len(convs) == len([c for c in _calls(mod["main"]) if c.op.name == "relax.nn.conv2d"]) >= 3
+    assert all((c.attrs.data_layout, c.attrs.kernel_layout) == ("NHWC", "HWIO") for c in convs)
+    permutes = [c for c in calls if c.op.name == "relax.permute_dims"]
+    assert not any(isinstance(c.args[0], tvm.ir.expr.GenericConst) for c in permutes)
+    # the input once (not once per branch), the pooled branch (its pool reads the input as
+    # the model gives it) and the concat back to NCHW
+    assert len(permutes) == 3, [str(c) for c in permutes]
+    target = targets.parse("llvm")
+    transposes = [sum("transpose" in gv.name_hint for gv, _ in fused_module(mod, target, **kw).functions_items())
+                  for kw in ({}, {"model_layouts": True})]
+    assert transposes[0] >= 1 and transposes[1] == 0, transposes
+    _plain_and_default_builds_agree(mod)
+
+
+def test_a_module_tvm_cannot_convert_keeps_its_layouts_with_a_warning(caplog):
+    from tvm_taso.cost.kernel_build import convert_layouts
+
+    mod = examples.inception_block()
+    with caplog.at_level("WARNING", logger="tvm_taso.kernel_build"):
+        kept = convert_layouts({"relax.nn.conv2d": ["NCHW", "NOT-A-LAYOUT"]})(mod)
+    assert kept.same_as(mod) or tvm_ffi_equal(kept, mod)
+    assert "keep the model's layouts" in caplog.text
+
+
+def tvm_ffi_equal(a, b) -> bool:
+    import tvm_ffi
+
+    return tvm_ffi.structural_equal(a, b)
+
+
+def test_a_kernel_is_priced_in_the_layouts_a_model_build_gives_it():
+    """A conv kernel is built, timed and looked up in a database as the model's build runs it:
+    channels last, without the transposes the conversion puts around a lone kernel (in a model
+    they sit at its input and output only), so its task is the conv the model's tuning tuned. A
+    transpose kernel keeps its own transpose; on a GPU a kernel is as the model wrote it. Its
+    timings are keyed by the layouts."""
+    from tvm_taso.cost.kernel_build import kernel_inputs, kernel_module, target_kernel_module
+    from tvm_taso.cost.measure import measure_kernel
+    from tvm_taso.cost.model import kernels
+    from tvm_taso.ir.relax_bridge import BlockGraph
+
+    from collections import Counter
+
+    graph = BlockGraph(examples.conv_bn_relu(size=8, channels=8)["main"].body.blocks[0], Counter()).graph
+    conv = next(k for k in kernels(graph) if k.anchor == "conv2d")
+    mod = target_kernel_module(conv, targets.parse("llvm"))
+    calls = _calls(mod["main"])
+    assert [c.op.name for c in calls if c.op.name in ("relax.nn.conv2d", "relax.permute_dims")] == ["relax.nn.conv2d"]
+    (c,) = [c for c in calls if c.op.name == "relax.nn.conv2d"]
+    assert (c.attrs.data_layout, c.attrs.kernel_layout) == ("NHWC", "HWIO")
+    x, w = (tuple(int(d) for d in p.ty.shape.values) for p in mod["main"].params[:2])
+    assert x == (1, 8, 8, 8) and w[:2] == (3, 3), (x, w)
+    assert [a.shape for a in kernel_inputs(conv, target="llvm")] == [
+        tuple(int(d) for d in p.ty.shape.values) for p in mod["main"].params]
+    assert [a.shape for a in kernel_inputs(conv)] == [
+        tuple(int(d) for d in p.ty.shape.values) for p in kernel_module(conv)["main"].params]
+    tasks = tuning.tasks_of(mod, "llvm")
+    assert not any("transpose" in t.task_name for t in tasks), [t.task_name for t in tasks]
+    assert tvm_ffi_equal(target_kernel_module(conv, targets.parse("cuda")), kernel_module(conv))
+    record = measure_kernel(conv, "llvm", repeats=2, isolate=False)
+    assert record.status == "ok" and record.median_us > 0, record.error
+    # timings of kernels built in the model's layouts (from before) are other facts
+    assert json.loads(record.target)["taso:conv_layouts"] == targets.conv_layouts("llvm")
+    assert "taso:conv_layouts" not in measured_target("cuda")
+    transpose = Kernel((("permute_dims", (("axes", (0, 2, 3, 1)),), (("in", TensorType((1, 8, 4, 4), "float32")),)),),
+                       (TensorType((1, 4, 4, 8), "float32"),))
+    assert tvm_ffi_equal(target_kernel_module(transpose, targets.parse("llvm")), kernel_module(transpose))
 
 
 def test_kernels_with_symbolic_extents_stay_loops_and_build():

@@ -193,6 +193,17 @@ def is_gpu(target=None) -> bool:
     return kind(target) in GPU_KINDS
 
 
+def conv_layouts(target=None) -> dict | None:
+    """The layouts a build gives convolutions for ``target`` (Relax ``ConvertLayout``'s desired
+    layouts), or None to keep the model's. On a CPU, channels last: NHWC data and HWIO weights,
+    so the output channels a kernel vectorizes over are contiguous in the weights and the
+    output (measured: ``benchmarks/README.md``, "Tuned kernels on this CPU"). GPUs keep the
+    model's: their dlight rules are written for it."""
+    if is_gpu(target):
+        return None
+    return {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+
+
 def num_cores(target=None) -> int:
     """The target's ``num-cores`` attribute, 0 when it does not say."""
     return int(parse(target).attrs.get("num-cores", 0) or 0)

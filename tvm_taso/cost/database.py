@@ -57,7 +57,9 @@ def db_target(tstr: str, database: str | None) -> str:
     """The database's target string: the canonical target, marked with the MetaSchedule database
     when tuned schedules were applied, and on a CPU without one with the default schedules
     kernels are built with (:func:`~tvm_taso.cost.kernel_build.build_pipeline`): tuned,
-    default-scheduled and plain-loop timings are different facts."""
+    default-scheduled and plain-loop timings are different facts. A CPU's are also marked with
+    the layouts its convolutions are built in (:func:`~tvm_taso.target.conv_layouts`): timings
+    of kernels built in the model's layouts, from before, are not reused."""
     data = json.loads(tstr)
     if database:
         data["taso:ms_database"] = os.path.abspath(str(database))
@@ -65,6 +67,8 @@ def db_target(tstr: str, database: str | None) -> str:
         data["taso:schedule"] = DEFAULT_SCHEDULE
     else:
         return tstr
+    if targets.conv_layouts(tstr):
+        data["taso:conv_layouts"] = targets.conv_layouts(tstr)
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 

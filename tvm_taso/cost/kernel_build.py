@@ -9,11 +9,15 @@ remotely (:mod:`.rpc`, built here and uploaded).
 from __future__ import annotations
 
 import importlib
+import logging
 
 import numpy as np
 
 from tvm_taso import target as targets
 from tvm_taso.cost.model import Kernel
+from tvm_taso.ir import ops
+
+log = logging.getLogger("tvm_taso.kernel_build")
 
 
 class MeasureError(Exception):
@@ -26,8 +30,6 @@ def kernel_module(kernel: Kernel):
 
     The function returns the kernel's outputs (a tuple when there are several)."""
     from tvm import relax
-
-    from tvm_taso.ir import ops
 
     params: list = []
     bb = relax.BlockBuilder()
@@ -60,6 +62,86 @@ def kernel_module(kernel: Kernel):
     return _main_module(bb)
 
 
+def target_kernel_module(kernel: Kernel, target):
+    """:func:`kernel_module` as a model's build for ``target`` holds the kernel: its
+    convolutions in the target's layouts (:func:`~tvm_taso.target.conv_layouts`), and its
+    params and outputs in them too. In a model the layout transforms sit at the model's inputs
+    and outputs, not around each kernel, so the ones the conversion puts at the kernel's
+    boundary are dropped (:func:`without_boundary_transforms`): the kernel is priced, measured
+    and tuned as the model runs it."""
+    mod = kernel_module(kernel)
+    layouts = targets.conv_layouts(target)
+    if not layouts:
+        return mod
+    return without_boundary_transforms(mod, convert_layouts(layouts)(mod))
+
+
+def without_boundary_transforms(original, converted):
+    """``converted``'s ``main`` (``original``'s after :func:`convert_layouts`) without the
+    ``permute_dims`` the conversion put on its params and outputs: such a param is taken, and
+    such an output given, in the permuted layout. A param or output ``original`` itself
+    permutes (a transpose kernel) keeps its transform."""
+    from tvm import relax
+
+    def operand_if_permute(value):
+        return (value.args[0] if isinstance(value, relax.Call)
+                and getattr(value.op, "name", "") == "relax.permute_dims" else None)
+
+    def outputs(func, values):  # the returned values, one per output
+        result = values.get(func.body.body, func.body.body)
+        return list(result.fields) if isinstance(result, relax.Tuple) else [func.body.body]
+
+    before, func = original["main"], converted["main"]
+    before_values = {b.var: b.value for block in before.body.blocks for b in block.bindings}
+    values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+    own = {i for i, p in enumerate(before.params)
+           for v in before_values.values() if (x := operand_if_permute(v)) is not None and x.same_as(p)}
+    uses: dict = {}
+    for value in values.values():
+        for v in relax.analysis.free_vars(value):
+            uses[v] = uses.get(v, 0) + 1
+    rename, params = {}, []
+    for i, p in enumerate(func.params):
+        head = next((var for var, v in values.items() if (x := operand_if_permute(v)) is not None and x.same_as(p)), None)
+        if head is None or i in own or uses.get(p, 0) != 1:
+            params.append(p)
+        else:
+            params.append(relax.Var(p.name, head.ty))
+            rename[head] = params[-1]
+    results = []
+    for out, was in zip(outputs(func, values), outputs(before, before_values)):
+        inner = operand_if_permute(values.get(out))
+        results.append(out if inner is None or operand_if_permute(before_values.get(was)) is not None else inner)
+    if not rename and results == outputs(func, values):
+        return converted
+    bb = relax.BlockBuilder()
+    with bb.function("main", params, attrs=dict(func.attrs) if func.attrs is not None else None):
+        with bb.dataflow():
+            for block in func.body.blocks:
+                for b in block.bindings:
+                    if b.var not in rename and b.var is not func.body.body:
+                        rename[b.var] = bb.emit(_substituted(b.value, rename), name_hint=b.var.name)
+            fields = [rename.get(r, r) for r in results]
+            out = bb.emit_output(fields[0] if len(fields) == 1 else relax.Tuple(fields))
+        bb.emit_func_output(out)
+    return relax.transform.DeadCodeElimination()(_main_module(bb))
+
+
+def _substituted(expr, mapping):
+    """``expr`` with the variables of ``mapping`` replaced."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class _Substitute(relax.PyExprMutator):
+        def visit_var_(self, var):
+            return mapping.get(var, var)
+
+        def visit_dataflow_var_(self, var):
+            return mapping.get(var, var)
+
+    return _Substitute().visit_expr(expr)
+
+
 def select_outputs(kernel, values, types, consumed) -> list:
     """Match ``kernel.outputs`` (types only) to op outputs: every output no op of the kernel
     reads must be one; the rest are read inside and outside, taken in order by type."""
@@ -80,9 +162,15 @@ def select_outputs(kernel, values, types, consumed) -> list:
     return chosen
 
 
-def kernel_inputs(kernel: Kernel, seed: int = 0) -> list[np.ndarray]:
-    """Random arrays for the kernel's external inputs, in parameter order."""
-    return random_inputs([o[1] for _, _, operands in kernel.ops for o in operands if o[0] == "in"], seed)
+def kernel_inputs(kernel: Kernel, seed: int = 0, target=None) -> list[np.ndarray]:
+    """Random arrays for the kernel's external inputs, in parameter order: of
+    :func:`kernel_module` (the kernel's own layouts), or with ``target`` of
+    :func:`target_kernel_module` (what :func:`build_kernel` built for it)."""
+    types = [o[1] for _, _, operands in kernel.ops for o in operands if o[0] == "in"]
+    if target is not None and targets.conv_layouts(target):
+        params = target_kernel_module(kernel, targets.parse(target))["main"].params
+        types = [ops.TensorType(tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in params]
+    return random_inputs(types, seed)
 
 
 def random_inputs(types, seed: int = 0) -> list[np.ndarray]:
@@ -154,8 +242,6 @@ def _emit_op(bb, op: str, args: list, attrs: dict) -> list:
     element when it returns a tuple)."""
     from tvm import relax
 
-    from tvm_taso.ir import ops
-
     call = bb.emit(ops.OPS[op].build(args, attrs))
     if isinstance(call.ty, relax.TupleType):
         return [bb.emit(relax.TupleGetItem(call, i)) for i in range(len(call.ty.fields))]
@@ -178,14 +264,56 @@ def _backend(target):
     )
 
 
-def _split_at_fusion(target) -> tuple[list, list]:
+def _split_at_fusion(target, model_layouts: bool = False) -> tuple[list, list]:
     """The target's dispatch + legalize passes, cut right after ``FuseTIR``: MetaSchedule's
-    workloads are the fused TIR functions at that point. Layouts of constants are folded first
-    (:func:`fold_constant_layouts`)."""
+    workloads are the fused TIR functions at that point. Convolutions are first given the
+    target's layouts (:func:`convert_layouts`; not with ``model_layouts``), then layouts of
+    constants are folded (:func:`fold_constant_layouts`: the weights' transforms become new
+    weights)."""
     legalize = list(_backend(target).legalize_passes(target))
     at = next((i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"), len(legalize) - 1) + 1
-    head = [fold_constant_layouts()] + list(_backend(target).library_dispatch_passes(target))
+    layouts = None if model_layouts else targets.conv_layouts(target)
+    head = ([convert_layouts(layouts)] if layouts else []) + [fold_constant_layouts()]
+    head += list(_backend(target).library_dispatch_passes(target))
     return head + legalize[:at], legalize[at:]
+
+
+def convert_layouts(layouts: dict):
+    """A pass giving the ops in ``layouts`` (op name: desired layouts, as Relax's
+    ``ConvertLayout`` takes them) those layouts: a convolution's operands are transformed before
+    it and its result after (``permute_dims`` for the layouts :func:`~tvm_taso.target.conv_layouts`
+    gives, which :func:`fold_constant_layouts` folds into the weights); transforms that meet
+    (one conv's output, through elementwise ops and pools, into the next conv) cancel, so a chain
+    of convolutions runs in the new layout from its first input to its last output. A module TVM
+    cannot convert is built as it is, with a warning."""
+    import tvm
+    from tvm import relax
+
+    # ConvertLayout transforms an input once per conv that reads it: common subexpressions
+    # merged, each branch of an Inception block reads one transposed input
+    convert = tvm.transform.Sequential([relax.transform.ConvertLayout(layouts),
+                                        relax.transform.EliminateCommonSubexpr()])
+
+    def converts(mod) -> bool:  # a module with none of the ops is left to the rest of the pipeline as it is
+        found = []
+        for func in mod.functions.values():
+            if isinstance(func, relax.Function):
+                relax.analysis.post_order_visit(func, lambda e: found.append(1) if isinstance(e, relax.Call)
+                                                and getattr(e.op, "name", None) in layouts else None)
+        return bool(found)
+
+    @tvm.transform.module_pass(opt_level=0, name="TasoConvertLayouts")
+    def _convert(mod, _ctx):
+        if not converts(mod):
+            return mod
+        try:
+            return convert(mod)
+        except Exception as err:  # noqa: BLE001 - TVM raises several types; the model's layouts still build
+            log.warning("convolutions keep the model's layouts: TVM could not convert them (%s)",
+                        str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__)
+            return mod
+
+    return _convert
 
 
 # how numpy computes a layout op of a constant, given the output shape TVM inferred for the call
@@ -233,12 +361,13 @@ def fold_constant_layouts():
     return _fold
 
 
-def fused_module(mod, target):
-    """``mod`` after the target pipeline's passes up to ``FuseTIR`` (what MetaSchedule tunes)."""
+def fused_module(mod, target, model_layouts: bool = False):
+    """``mod`` after the target pipeline's passes up to ``FuseTIR`` (what MetaSchedule tunes);
+    with ``model_layouts``, in the model's layouts (no :func:`convert_layouts`)."""
     import tvm
 
     with target:
-        return tvm.transform.Sequential(_split_at_fusion(target)[0])(mod)
+        return tvm.transform.Sequential(_split_at_fusion(target, model_layouts)[0])(mod)
 
 
 def build_target(target, database: str | None = None):
@@ -247,9 +376,10 @@ def build_target(target, database: str | None = None):
     return targets.with_cores(target) if database else targets.parse(target)
 
 
-def build_pipeline(target, database: str | None = None):
+def build_pipeline(target, database: str | None = None, *, model_layouts: bool = False):
     """The Relax pipeline a model is built with for ``target``: the target's default (legalize,
-    fuse, dlight on GPUs); on a CPU, whose default schedules no kernel, each kernel is given
+    fuse, dlight on GPUs); on a CPU, whose default schedules no kernel, convolutions channels
+    last (:func:`convert_layouts`; not with ``model_layouts``) and each kernel given
     MetaSchedule's design-space default after fusion (:func:`.schedules.default_schedules`). With
     ``database`` (a work dir holding ``database_workload.json`` and
     ``database_tuning_record.json``) its tuned schedules come first; on a CPU the kernels it
@@ -266,7 +396,7 @@ def build_pipeline(target, database: str | None = None):
         except (ValueError, AttributeError):  # a GPU kind TVM has no pipeline of its own for
             return relax.get_pipeline("default")
     backend = _backend(target)
-    head, tail = _split_at_fusion(target)
+    head, tail = _split_at_fusion(target, model_layouts)
 
     @tvm.transform.module_pass(opt_level=0, name="TasoBuildPipeline")
     def _pipeline(mod, _ctx):
@@ -283,11 +413,12 @@ def build_pipeline(target, database: str | None = None):
 
 
 def build_kernel(kernel: Kernel, target, database: str | None = None):
-    """``tvm.compile`` of :func:`kernel_module` for ``target`` (any target form; no device needed)."""
+    """``tvm.compile`` of :func:`target_kernel_module` for ``target`` (any target form; no
+    device needed); :func:`kernel_inputs` with the same target gives its inputs."""
     import tvm
 
     target = targets.parse(target)
-    mod = kernel_module(kernel)
+    mod = target_kernel_module(kernel, target)
     with target:
         return tvm.compile(mod, target=target, relax_pipeline=build_pipeline(target, database))
 
@@ -309,12 +440,15 @@ def launched_kernels(mod, target) -> int | None:
 def tvm_kernel_count(mod, target) -> int:
     """Kernels TVM launches for ``mod``'s Relax functions when built for ``target``: the
     ``call_tir`` and ``call_dps_packed`` calls left after the target pipeline's passes up to
-    ``FuseTIR`` and ``RewriteDataflowReshape`` (library calls included)."""
+    ``FuseTIR`` and ``RewriteDataflowReshape`` (library calls included). Counted in the
+    model's layouts: the transposes a CPU build adds where its channels-last convolutions meet
+    the model's layouts (:func:`convert_layouts`; at a CNN's input and before its classifier)
+    are not the graph's kernels."""
     import tvm
     from tvm import relax
 
     target = targets.parse(target)
-    fused = relax.transform.RewriteDataflowReshape()(fused_module(mod, target))
+    fused = relax.transform.RewriteDataflowReshape()(fused_module(mod, target, model_layouts=True))
     count = 0
 
     def visit(e):

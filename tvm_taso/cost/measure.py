@@ -53,7 +53,7 @@ def run_measurement(request: dict, progress=lambda phase: None, build=build_kern
         if dev is None:
             return {"status": "runtime_error", "error": f"no {targets.kind(request['target'])} device on this machine"}
         vm = relax.VirtualMachine(ex, dev)
-        args = [tvm.runtime.tensor(a, dev) for a in kernel_inputs(kernel)]
+        args = [tvm.runtime.tensor(a, dev) for a in kernel_inputs(kernel, target=request["target"])]
         for _ in range(max(1, int(request.get("warmup", 3)))):
             vm["main"](*args)
         dev.sync()

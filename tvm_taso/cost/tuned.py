@@ -71,10 +71,10 @@ class TunedCost(CostModel):
 
     def kernel_cost(self, kernel: Kernel) -> float:
         from tvm_taso.cost import tuning
-        from tvm_taso.cost.kernel_build import kernel_module
+        from tvm_taso.cost.kernel_build import target_kernel_module
 
         try:
-            tasks = tuning.tasks_of(kernel_module(kernel), self.target)
+            tasks = tuning.tasks_of(target_kernel_module(kernel, self.target), self.target)
         except Exception:  # noqa: BLE001 - a kernel TVM cannot build here: the fallback prices it
             tasks = []
         times = [tuning.best_seconds(self.database, t.dispatched[0], self.target) for t in tasks]

@@ -123,7 +123,7 @@ def run_remote_measurement(request: dict, progress=lambda phase: None) -> dict:
             dev = sess.device(rpc_cfg.get("device") or targets.device_type(request["target"]),
                               int(rpc_cfg.get("device_id", 0)))
             vm = relax.VirtualMachine(rmod, dev)
-            vm.set_input("main", *[tvm.runtime.tensor(a, dev) for a in kernel_inputs(kernel)])
+            vm.set_input("main", *[tvm.runtime.tensor(a, dev) for a in kernel_inputs(kernel, target=request["target"])])
             for _ in range(max(1, int(request.get("warmup", 3)))):
                 vm.invoke_stateful("main")
             dev.sync()
