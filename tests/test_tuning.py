@@ -345,6 +345,19 @@ def test_a_module_tvm_cannot_convert_keeps_its_layouts_with_a_warning(caplog):
         kept = convert_layouts({"relax.nn.conv2d": ["NCHW", "NOT-A-LAYOUT"]})(mod)
     assert kept.same_as(mod) or tvm_ffi_equal(kept, mod)
     assert "keep the model's layouts" in caplog.text
+    # a module already holding TIR (as TVM's FuseTransposeMatmul leaves one): TVM's ConvertLayout
+    # would crash the process on it, so it is not converted
+    from tvm import relax, topi
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            conv = bb.emit(relax.op.nn.conv2d(x, relax.const(np.ones((4, 4, 3, 3), "float32")), padding=1))
+            out = bb.emit_output(bb.emit_te(topi.nn.relu, conv))
+        bb.emit_func_output(out)
+    with_tir = bb.get()
+    assert convert_layouts(targets.conv_layouts("llvm"))(with_tir).same_as(with_tir)
 
 
 def tvm_ffi_equal(a, b) -> bool:

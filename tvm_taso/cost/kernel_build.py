@@ -294,7 +294,13 @@ def convert_layouts(layouts: dict):
     convert = tvm.transform.Sequential([relax.transform.ConvertLayout(layouts),
                                         relax.transform.EliminateCommonSubexpr()])
 
-    def converts(mod) -> bool:  # a module with none of the ops is left to the rest of the pipeline as it is
+    def converts(mod) -> bool:
+        """Whether ``mod`` has one of the ops, and no TIR function yet: TVM 0.27's ConvertLayout
+        crashes the process (a segfault, nothing to catch) on a module whose Relax calls TIR it
+        holds, as TVM's FuseTransposeMatmul leaves one; such a module keeps its layouts."""
+        if any(isinstance(func, tvm.tirx.PrimFunc) for func in mod.functions.values()):
+            log.debug("convolutions keep the model's layouts: the module already holds TIR functions")
+            return False
         found = []
         for func in mod.functions.values():
             if isinstance(func, relax.Function):
