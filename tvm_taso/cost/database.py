@@ -67,8 +67,9 @@ def db_target(tstr: str, database: str | None) -> str:
         data["taso:schedule"] = DEFAULT_SCHEDULE
     else:
         return tstr
-    if targets.conv_layouts(tstr):
-        data["taso:conv_layouts"] = targets.conv_layouts(tstr)
+    layouts = targets.conv_layouts(tstr)
+    if layouts:
+        data["taso:conv_layouts"] = layouts
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
