@@ -76,6 +76,7 @@ def test_a_tiny_model_is_tuned_and_a_second_run_tunes_nothing(tuned):
     assert second["trials_run"] == 0
     (again,) = second["tasks"]
     assert again["in_database"] and again["trials"] == 0 and again["best_us"] == task["best_us"]
+    assert (first["trials_held"], second["trials_held"], again["recorded"]) == (0, 8, 8)
     assert (tuned["db"] / "database_workload.json").is_file() and (tuned["db"] / "database_tuning_record.json").is_file()
 
 
@@ -209,6 +210,53 @@ def test_trials_are_split_by_share_of_the_work_largest_first():
     assert plan[0].trials == round(48 * plan[0].share) and all(n >= 8 for n in given[:-1])  # the last: what is left
     small = tuning.plan(tasks, trials=8, min_trials=8)  # a budget for one task: the largest
     assert [b.trials for b in small] == [8] + [0] * (len(small) - 1)
+
+
+class _HeldTrials:
+    """A database as :func:`tuning.plan` reads it, holding ``held[task name]`` trials of tasks."""
+
+    def __init__(self, tasks, held: dict):
+        import tvm_ffi
+
+        self._held = {tvm_ffi.structural_hash(t.dispatched[0]): n
+                      for t in tasks for name, n in held.items() if t.task_name == name}
+
+    def has_workload(self, mod):
+        import tvm_ffi
+
+        return tvm_ffi.structural_hash(mod) in self._held
+
+    def commit_workload(self, mod):
+        import tvm_ffi
+
+        return tvm_ffi.structural_hash(mod)
+
+    def get_top_k(self, workload, top_k):
+        return [object()] * min(top_k, self._held[workload])
+
+
+def test_trials_a_database_holds_count_towards_a_tasks_share():
+    tasks = tuning.tasks_of(examples.parallel_matmuls(seq=16, hidden=64), "llvm")
+    fresh = tuning.plan(tasks, trials=64, min_trials=8)
+    largest, second, third = fresh[:3]
+    assert largest.trials > 8 and second.trials == 8 and 0 < third.trials < 8
+    # tuned before with the same budget: nothing to do (a rerun tunes nothing)
+    again = tuning.plan(tasks, trials=64, min_trials=8,
+                        database=_HeldTrials(tasks, {b.name: b.trials for b in fresh if b.trials}))
+    assert all(b.trials == 0 for b in again) and sum(b.recorded for b in again) == 64
+    assert [b.in_database for b in again] == [b.trials > 0 for b in fresh]
+    # a larger budget tops each task up to its larger share; a task not held gets its whole share
+    bigger = tuning.plan(tasks, trials=256, min_trials=8,
+                         database=_HeldTrials(tasks, {largest.name: largest.trials, second.name: second.trials}))
+    assert [b.name for b in bigger[:3]] == [largest.name, second.name, third.name]
+    assert [b.recorded for b in bigger[:3]] == [largest.trials, 8, 0]
+    shares = [max(8, round(256 * b.share)) for b in bigger[:3]]
+    assert [b.trials for b in bigger[:3]] == [shares[0] - largest.trials, shares[1] - 8, shares[2]]
+    assert sum(b.trials + b.recorded for b in bigger) == 256
+    # a top-up under min_trials is not a round's worth
+    near = tuning.plan(tasks, trials=64, min_trials=8,
+                       database=_HeldTrials(tasks, {largest.name: largest.trials - 7}))
+    assert near[0].trials == 0 and near[0].recorded == largest.trials - 7
 
 
 def test_cpu_builds_without_a_database_say_once_that_kernels_are_untuned(tmp_path, caplog):

@@ -51,8 +51,8 @@ print("applied:", report["applied"])
 # Tune both modules into one database
 # -----------------------------------
 # ``tune`` splits the trials over a module's kernels by their share of its work, largest first.
-# The optimized module's kernels that the original shares are in the database already and get
-# no trial. Tuning the original too makes the comparison fair: both sides tuned alike. A real
+# The trials the database holds for a kernel count towards its share: the optimized module's
+# kernels that the original shares are topped up only where their share here is larger. Tuning the original too makes the comparison fair: both sides tuned alike. A real
 # budget is thousands of trials (``--trials 2000``); this one only shows the steps.
 
 trials = 8 if SMALL else 256
@@ -104,8 +104,9 @@ print("kernels priced:", {k: priced[k] for k in ("from_database", "predicted", "
 ######################################################################
 # A second run reuses the database
 # --------------------------------
-# A kernel the database holds gets no trial: a second run (or a run on another model that shares
-# kernels) spends its budget on the kernels still untuned.
+# A kernel the database holds trials of gets only what its share lacks: a second run with the same
+# budget tunes nothing, one with a larger budget tops each kernel up, and a run on another model
+# that shares kernels tunes the ones still untuned.
 
 again = tuning.tune(mod, target, database, trials=trials, min_trials=8)
 reused = [task for task in again["tasks"] if task["in_database"]]

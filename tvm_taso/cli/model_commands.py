@@ -103,8 +103,9 @@ def add_model_commands(sub) -> None:
                           description="Tune the kernels of IN (optimized with TasoOptimize, and the original's for a "
                           "fair baseline) with MetaSchedule on --target, into the database DIR that `compile`, "
                           "`bench` and `--cost tuned` read. The trials are split over the kernels by their share "
-                          "of the model's work, the largest first; kernels the database holds already get none "
-                          "(one database serves many models). Ctrl-C stops and keeps what was tuned.")
+                          "of the model's work, the largest first; the trials the database holds for a kernel count "
+                          "towards its share (one database serves many models; a second run with a larger --trials "
+                          "tops each kernel up). Ctrl-C stops and keeps what was tuned.")
     model_args(tune)
     sizes_arg(tune)
     tune.add_argument("-o", "--output", required=True, metavar="DIR", help="the database (a MetaSchedule work dir; "

@@ -10,8 +10,10 @@ loops. :func:`tune` instead
 * splits the trials over the tasks by their share of the module's work (FLOPs × how often the
   kernel runs), the largest first, each task at least ``min_trials`` while the budget lasts
   (:func:`plan`); a task with no arithmetic (a transpose, a copy) gets none;
-* gives no trial to a task the database already holds (a database tuned on earlier models is
-  reused: one work dir for many models);
+* counts the trials the database already holds for a task towards its share and gives it only
+  the rest, when that is at least ``min_trials`` (a database tuned on earlier models is reused:
+  one work dir for many models; a second run with the same budget tunes nothing, one with a
+  larger budget tops every task up to its larger share);
 * tunes each task in turn into one MetaSchedule JSON database (a work dir, as
   ``relax.transform.MetaScheduleApplyDatabase`` reads it), sharing one XGBoost cost model, so
   what was learned on one task guides the next; a record is written as soon as it is measured,
@@ -49,8 +51,9 @@ class TaskBudget:
     weight: int  # how many times the module runs the kernel
     flops: float  # of one run
     share: float  # of the module's work (weight × flops)
-    trials: int
-    in_database: bool  # tuned before: given no trials
+    trials: int  # given now
+    in_database: bool  # tuned before
+    recorded: int = 0  # trials the database held for it before: counted towards its share
 
 
 def tasks_of(mod, target) -> list:
@@ -75,29 +78,42 @@ def _flops(task) -> float:
 
 def plan(tasks: list, trials: int, database=None, min_trials: int = MIN_TRIALS) -> list[TaskBudget]:
     """How ``trials`` are split over ``tasks`` (:class:`TaskBudget`, largest share first): by
-    share of the work, at least ``min_trials`` each while the budget lasts; none to a task with
-    no arithmetic or one ``database`` already holds."""
+    share of the work, at least ``min_trials`` each while the budget lasts, none to a task with
+    no arithmetic. The trials ``database`` holds for a task count towards its share; it is given
+    the rest, or none when the rest is less than ``min_trials`` (a top-up that small is not a
+    round's worth)."""
     flops = [_flops(t) for t in tasks]
     total = sum(t.weight * f for t, f in zip(tasks, flops)) or 1.0
-    budgets = [TaskBudget(t.task_name, int(t.weight), f, t.weight * f / total, 0,
-                          database is not None and database.has_workload(t.dispatched[0]))
+    budgets = [TaskBudget(t.task_name, int(t.weight), f, t.weight * f / total, 0, False)
                for t, f in zip(tasks, flops)]
+    if database is not None:
+        for b, t in zip(budgets, tasks):
+            b.recorded = recorded_trials(database, t.dispatched[0])
+            b.in_database = b.recorded > 0
     order = sorted(range(len(budgets)), key=lambda k: -budgets[k].share)
     left = trials
     for k in order:
         b = budgets[k]
-        if b.in_database or b.flops <= 0 or left <= 0:
+        if b.flops <= 0 or left <= 0:
             continue
-        b.trials = min(left, max(min_trials, round(trials * b.share)))
-        left -= b.trials
+        share = min(left, max(min_trials, round(trials * b.share)))
+        left -= share
+        if not b.recorded or share - b.recorded >= min_trials:
+            b.trials = max(0, share - b.recorded)
     return [budgets[k] for k in order]
+
+
+def recorded_trials(database, prim_func) -> int:
+    """How many measured trials of the kernel ``prim_func`` ``database`` holds (0 when none)."""
+    return len(_records(database, prim_func, 1 << 30))
 
 
 def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, time_limit: float | None = None,
          seed: int = 0) -> dict:
     """Tune ``mod``'s kernels for ``target`` with ``trials`` MetaSchedule trials in all (split by
     :func:`plan`) into the database in ``work_dir`` (made if missing, reused if not). Returns a
-    report (plain data): each task's budget and best time, the trials run, the seconds, and
+    report (plain data): each task's budget and best time, the trials run (and those the database
+    held before, ``trials_held``), the seconds, and
     ``stopped`` (``"interrupted"`` on Ctrl-C, ``"time limit"`` when ``time_limit`` seconds
     passed before every task had its turn) — what was tuned before a stop stays in the database.
     """
@@ -115,8 +131,9 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
     by_name = {t.task_name: t for t in tasks}
     todo = [b for b in budgets if b.trials > 0]
     t0, stopped, ran = time.perf_counter(), None, 0
-    log.info("tuning %d of %d tasks with %d trials (%d already in %s)", len(todo), len(tasks),
-             sum(b.trials for b in todo), sum(b.in_database for b in budgets), work_dir)
+    log.info("tuning %d of %d tasks with %d trials (%d held %d trials already in %s)", len(todo), len(tasks),
+             sum(b.trials for b in todo), sum(b.in_database for b in budgets), sum(b.recorded for b in budgets),
+             work_dir)
     if todo:
         # MetaSchedule prints each task's table and its XGBoost rounds on stdout at the level its
         # logger has when the tasks' contexts are made (DEBUG when none was set); its log files in
@@ -162,6 +179,7 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
         best = best_seconds(database, by_name[b.name].dispatched[0], target)
         rows.append(dict(asdict(b), best_us=None if best is None else best * 1e6))
     return {"database": str(work_dir), "target": str(target), "trials": trials, "trials_run": ran,
+            "trials_held": sum(b.recorded for b in budgets),
             "tasks": rows, "tasks_tuned": sum(r["best_us"] is not None for r in rows),
             "seconds": time.perf_counter() - t0, "stopped": stopped}
 
@@ -192,14 +210,19 @@ def open_database(work_dir):
 def best_seconds(database, prim_func, target) -> float | None:
     """The best measured time of the kernel ``prim_func`` in ``database`` for ``target``, or None
     when it was never tuned there."""
+    times = [float(r.run_secs[0]) for r in _records(database, prim_func, 1) if r.run_secs]
+    return min(times) if times else None
+
+
+def _records(database, prim_func, top_k: int) -> list:
+    """The ``top_k`` fastest valid records of the kernel ``prim_func`` in ``database`` (none when
+    it holds no such workload: looking one up would add it)."""
     import tvm
 
     mod = tvm.IRModule({"main": prim_func}) if not isinstance(prim_func, tvm.IRModule) else prim_func
     if not database.has_workload(mod):
-        return None
-    workload = database.commit_workload(mod)
-    times = [float(r.run_secs[0]) for r in database.get_top_k(workload, 1) if r.run_secs]
-    return min(times) if times else None
+        return []
+    return list(database.get_top_k(database.commit_workload(mod), top_k))
 
 
 def tensor_intrinsics() -> None:
