@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from tvm_ffi import structural_equal, structural_hash
 
 from tvm_taso import examples
 from tvm_taso import target as targets
@@ -216,20 +217,14 @@ class _HeldTrials:
     """A database as :func:`tuning.plan` reads it, holding ``held[task name]`` trials of tasks."""
 
     def __init__(self, tasks, held: dict):
-        import tvm_ffi
-
-        self._held = {tvm_ffi.structural_hash(t.dispatched[0]): n
+        self._held = {structural_hash(t.dispatched[0]): n
                       for t in tasks for name, n in held.items() if t.task_name == name}
 
     def has_workload(self, mod):
-        import tvm_ffi
-
-        return tvm_ffi.structural_hash(mod) in self._held
+        return structural_hash(mod) in self._held
 
     def commit_workload(self, mod):
-        import tvm_ffi
-
-        return tvm_ffi.structural_hash(mod)
+        return structural_hash(mod)
 
     def get_top_k(self, workload, top_k):
         return [object()] * min(top_k, self._held[workload])
@@ -286,8 +281,6 @@ def test_layouts_of_constants_are_folded_before_tvm_builds_them():
     import tvm
     from tvm import relax
 
-    import tvm_ffi
-
     from tvm_taso.cost.kernel_build import fold_constant_layouts
 
     rng = np.random.default_rng(0)
@@ -304,9 +297,9 @@ def test_layouts_of_constants_are_folded_before_tvm_builds_them():
             out = bb.emit_output(relax.op.add(z, s))
         bb.emit_func_output(out)
     mod = bb.get()
-    given = tvm_ffi.structural_hash(mod)
+    given = structural_hash(mod)
     folded = fold_constant_layouts()(mod)
-    assert tvm_ffi.structural_hash(mod) == given  # a new module: the one given stays as it was
+    assert structural_hash(mod) == given  # a new module: the one given stays as it was
     calls = []
     relax.analysis.post_order_visit(folded["main"], lambda e: calls.append(e.op.name) if isinstance(e, relax.Call)
                                     and isinstance(e.op, tvm.ir.Op) else None)
@@ -391,7 +384,7 @@ def test_a_module_tvm_cannot_convert_keeps_its_layouts_with_a_warning(caplog):
     mod = examples.inception_block()
     with caplog.at_level("WARNING", logger="tvm_taso.kernel_build"):
         kept = convert_layouts({"relax.nn.conv2d": ["NCHW", "NOT-A-LAYOUT"]})(mod)
-    assert kept.same_as(mod) or tvm_ffi_equal(kept, mod)
+    assert kept.same_as(mod) or structural_equal(kept, mod)
     assert "keep the model's layouts" in caplog.text
     # a module already holding TIR (as TVM's FuseTransposeMatmul leaves one): TVM's ConvertLayout
     # would crash the process on it, so it is not converted
@@ -406,12 +399,6 @@ def test_a_module_tvm_cannot_convert_keeps_its_layouts_with_a_warning(caplog):
         bb.emit_func_output(out)
     with_tir = bb.get()
     assert convert_layouts(targets.conv_layouts("llvm"))(with_tir).same_as(with_tir)
-
-
-def tvm_ffi_equal(a, b) -> bool:
-    import tvm_ffi
-
-    return tvm_ffi.structural_equal(a, b)
 
 
 def test_a_kernel_is_priced_in_the_layouts_a_model_build_gives_it():
@@ -442,7 +429,7 @@ def test_a_kernel_is_priced_in_the_layouts_a_model_build_gives_it():
         tuple(int(d) for d in p.ty.shape.values) for p in kernel_module(conv)["main"].params]
     tasks = tuning.tasks_of(mod, "llvm")
     assert not any("transpose" in t.task_name for t in tasks), [t.task_name for t in tasks]
-    assert tvm_ffi_equal(target_kernel_module(conv, targets.parse("cuda")), kernel_module(conv))
+    assert structural_equal(target_kernel_module(conv, targets.parse("cuda")), kernel_module(conv))
     record = measure_kernel(conv, "llvm", repeats=2, isolate=False)
     assert record.status == "ok" and record.median_us > 0, record.error
     # timings of kernels built in the model's layouts (from before) are other facts
@@ -450,7 +437,7 @@ def test_a_kernel_is_priced_in_the_layouts_a_model_build_gives_it():
     assert "taso:conv_layouts" not in measured_target("cuda")
     transpose = Kernel((("permute_dims", (("axes", (0, 2, 3, 1)),), (("in", TensorType((1, 8, 4, 4), "float32")),)),),
                        (TensorType((1, 4, 4, 8), "float32"),))
-    assert tvm_ffi_equal(target_kernel_module(transpose, targets.parse("llvm")), kernel_module(transpose))
+    assert structural_equal(target_kernel_module(transpose, targets.parse("llvm")), kernel_module(transpose))
 
 
 def test_kernels_with_symbolic_extents_stay_loops_and_build():
@@ -466,7 +453,6 @@ def test_kernels_with_symbolic_extents_stay_loops_and_build():
 def test_a_tuned_kernel_keeps_its_schedule_and_the_others_get_the_default(tuned):
     """With a database, what it tuned is applied as tuned; the default schedules only the rest."""
     import tvm
-    import tvm_ffi
     from tvm import relax
 
     from tvm_taso.cost.kernel_build import fused_module
@@ -478,7 +464,7 @@ def test_a_tuned_kernel_keeps_its_schedule_and_the_others_get_the_default(tuned)
             fused_module(import_relax(str(tuned["model"])), target))
         both = default_schedules(target)(applied)
     (name,) = [gv for gv, f in applied.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    assert tvm_ffi.structural_equal(both[name], applied[name])
+    assert structural_equal(both[name], applied[name])
 
 
 def test_a_database_is_for_the_tuned_cost_model_and_it_needs_one(tmp_path, capsys):
