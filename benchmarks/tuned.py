@@ -2,8 +2,11 @@
 and run in onnxruntime, all timed side by side in one run.
 
     python -m benchmarks.tuned [--models resnet50 bert-base] [--trials 2000] [--time-limit S] [--quick]
+    python -m benchmarks.tuned --models bert-base --rewrites-for cuda   # a GPU's rewrites, tuned here
 
-Per model: the optimized module (TasoOptimize with the analytic cost model for this CPU) is
+Per model: the optimized module (TasoOptimize with the analytic cost model for this CPU, or for
+``--rewrites-for``'s target: what the search chooses there, built and tuned for this CPU, which
+says whether those rewrite families pay under tuned CPU kernels) is
 tuned with ``--trials`` MetaSchedule trials (:func:`tvm_taso.cost.tuning.tune`, split by share
 of the work, within ``--time-limit`` seconds), then the original into the same database with as
 many, where the kernels the rewrites left as they were are tuned already. Then five variants are timed alternating, ``--repeats``
@@ -44,7 +47,8 @@ def bench_model(name: str, args, work_dir: Path) -> dict:
     proto = models.build(name, args.quick)
     original = import_relax(proto)
     inputs = inputs_for(original, seed=0)
-    optimized, report = tvm_taso.optimize(original, target=target, cost_model="analytic", guard=False)
+    optimized, report = tvm_taso.optimize(original, target=args.rewrites_for or target, cost_model="analytic",
+                                          guard=False)
     db = work_dir / name
     tuning = {"optimized": tune(optimized, target, db, args.trials, time_limit=args.time_limit),
               "original": tune(original, target, db, args.trials, time_limit=args.time_limit)}
@@ -58,9 +62,10 @@ def bench_model(name: str, args, work_dir: Path) -> dict:
     }
     samples = side_by_side({k: (lambda m=m: m.time_ms(args.min_repeat_ms)) for k, m in variants.items()},
                            args.repeats)
-    row = {"model": name, "size": "quick" if args.quick else "full", "rules_applied": report["applied"],
+    row = {"model": name, "size": "quick" if args.quick else "full", "rewrites_for": args.rewrites_for or "llvm",
+           "rules_applied": report["applied"],
            "est_speedup": report["cost_before"] / report["cost_after"] if report["cost_after"] else 1.0,
-           "tuning": {k: {key: v[key] for key in ("trials_run", "tasks_tuned", "seconds", "stopped")}
+           "tuning": {k: {key: v[key] for key in ("trials_run", "trials_held", "tasks_tuned", "seconds", "stopped")}
                       | {"tasks": len(v["tasks"])} for k, v in tuning.items()},
            "median_ms": {k: float(np.median(v)) for k, v in samples.items()}, "samples_ms": samples}
     ort = samples["onnxruntime"]
@@ -75,7 +80,9 @@ def bench_model(name: str, args, work_dir: Path) -> dict:
 def table(result: dict) -> str:
     def cells(r):
         t, m = r["tuning"], r["median_ms"]
-        return [f"{t['original']['trials_run']} + {t['optimized']['trials_run']}",
+        held = [t[k].get("trials_held", 0) for k in ("original", "optimized")]
+        return [f"{t['original']['trials_run']} + {t['optimized']['trials_run']}"
+                + (f" (held before: {held[0]} + {held[1]})" if any(held) else ""),
                 f"{t['original']['seconds'] + t['optimized']['seconds']:.0f}", f"{m['untuned']:.4g}",
                 f"{m['tuned']:.4g}", f"{m['tuned + taso']:.4g}", f"{m['onnxruntime']:.4g}",
                 ratio_text(r["vs_onnxruntime"]["tuned + taso"]), ratio_text(r["taso_over_tuned"]), ratio_text(r["a_a"])]
@@ -93,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=10, help="timing rounds (default 10)")
     ap.add_argument("--min-repeat-ms", type=int, default=200, help="each sample averages calls for this long")
     ap.add_argument("--quick", action="store_true", help="the models' tiny versions")
+    ap.add_argument("--rewrites-for", metavar="TARGET", help="optimize for this target's analytic costs (e.g. cuda) and "
+                    "build and tune the result for this CPU (default: optimize for this CPU)")
     ap.add_argument("--work-dir", type=Path, help="the database folder (default: a temporary one)")
     ap.add_argument("--json", type=Path, default=RESULTS)
     args = ap.parse_args(argv)

@@ -131,7 +131,7 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
     by_name = {t.task_name: t for t in tasks}
     todo = [b for b in budgets if b.trials > 0]
     t0, stopped, ran = time.perf_counter(), None, 0
-    log.info("tuning %d of %d tasks with %d trials (%d held %d trials already in %s)", len(todo), len(tasks),
+    log.info("tuning %d of %d tasks with %d trials (%d tasks had %d trials in %s already)", len(todo), len(tasks),
              sum(b.trials for b in todo), sum(b.in_database for b in budgets), sum(b.recorded for b in budgets),
              work_dir)
     if todo:
