@@ -254,6 +254,36 @@ def test_trials_a_database_holds_count_towards_a_tasks_share():
     assert near[0].trials == 0 and near[0].recorded == largest.trials - 7
 
 
+@pytest.mark.heavy
+def test_tasks_are_tuned_in_two_rounds_so_a_time_limit_leaves_none_untouched(tmp_path, monkeypatch):
+    """Under a time limit every task gets min_trials first (largest first), then the rest of its
+    trials, so a limit reached after the first round leaves every task tuned a little; without
+    one, each task is tuned once, largest first."""
+    from tvm.s_tir import meta_schedule as ms
+
+    mod = examples.parallel_matmuls(seq=16, hidden=64)
+    planned = [(b.name, b.trials) for b in tuning.plan(tuning.tasks_of(mod, "llvm"), 64, min_trials=8) if b.trials]
+    clock = [0.0]
+    steps = []
+
+    def tune_tasks(*, tasks, max_trials_per_task, **_):
+        steps.append((tasks[0].task_name, max_trials_per_task))
+        clock[0] += 10.0
+
+    monkeypatch.setattr(ms, "tune_tasks", tune_tasks)
+    monkeypatch.setattr(tuning.time, "perf_counter", lambda: clock[0])
+    report = tuning.tune(mod, "llvm", tmp_path / "db", 64, min_trials=8)
+    assert steps == planned and report["trials_run"] == 64 and report["stopped"] is None
+    steps.clear()
+    report = tuning.tune(mod, "llvm", tmp_path / "db1", 64, min_trials=8, time_limit=1e9)
+    first = [(name, min(n, 8)) for name, n in planned]
+    assert steps == first + [(name, n - 8) for name, n in planned if n > 8]
+    assert report["trials_run"] == 64 and report["stopped"] is None
+    steps.clear()
+    cut = tuning.tune(mod, "llvm", tmp_path / "db2", 64, min_trials=8, time_limit=10.0 * len(planned) - 5)
+    assert steps == first and cut["stopped"] == "time limit" and cut["trials_run"] == sum(n for _, n in first)
+
+
 def test_cpu_builds_without_a_database_say_once_that_kernels_are_untuned(tmp_path, caplog):
     model = _matmul_relu(tmp_path / "tiny.onnx")
     tuning.untuned_notice.said = False
