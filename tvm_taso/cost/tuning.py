@@ -117,7 +117,7 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
     held before, ``trials_held``), the seconds, and
     ``stopped`` (``"interrupted"`` on Ctrl-C, ``"time limit"`` when ``time_limit`` seconds
     passed before every task had its turns) — what was tuned before a stop stays in the
-    database. Under a time limit, tasks are tuned in two rounds, each largest first:
+    database. Under a time limit, several tasks are tuned in two rounds, each largest first:
     ``min_trials`` each, then the rest of their trials, so that the limit leaves every task
     that had its first round tuned.
     """
@@ -160,9 +160,9 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
         # under a time limit, two rounds, each largest first: min_trials for every task, then
         # the rest of each task's trials (MetaSchedule starts again from what the database
         # holds), so that the limit leaves the small kernels tuned a little, not on the untuned
-        # default, which can cost many times their share of the model's time; without one, a
-        # round (each costs MetaSchedule a few seconds to start) per task
-        first = min_trials if time_limit is not None else trials
+        # default, which can cost many times their share of the model's time; without one (or
+        # with one task), a round per task: each costs MetaSchedule seconds to start
+        first = min_trials if time_limit is not None and len(todo) > 1 else trials
         steps = [(b, c, w, min(b.trials, first)) for b, c, w in zip(todo, contexts, weights)]
         steps += [(b, c, w, b.trials - first) for b, c, w in zip(todo, contexts, weights) if b.trials > first]
         try:
