@@ -77,6 +77,7 @@ TABLES = [
     ("search_compare", "markdown", "search_compare_full.json", "tvm_taso/README.md"),
     ("tuned", "table", "tuned.json", "benchmarks/README.md"),
     ("tuned", "table", "tuned_bert.json", "benchmarks/README.md"),
+    ("tuned", "table", "tuned_bert_gpu_rewrites.json", "benchmarks/README.md"),
     ("default_schedules", "table", "default_schedules.json", "benchmarks/README.md"),
     ("default_schedules", "table", "default_schedules_cnns.json", "benchmarks/README.md"),
     ("default_schedules", "table", "default_schedules_host_cpu.json", "benchmarks/README.md"),
