@@ -14,8 +14,8 @@ loops. :func:`tune` instead
   the rest, when that is at least ``min_trials`` (a database tuned on earlier models is reused:
   one work dir for many models; a second run with the same budget tunes nothing, one with a
   larger budget tops every task up to its larger share);
-* tunes each task in turn (under a time limit in two rounds: ``min_trials`` each, then the rest
-  of each task's trials), into one MetaSchedule JSON database (a work dir, as
+* tunes each task in turn (under a time limit in two rounds: ``min_trials`` for each task not
+  tuned before, then the rest of the trials), into one MetaSchedule JSON database (a work dir, as
   ``relax.transform.MetaScheduleApplyDatabase`` reads it), sharing one XGBoost cost model, so
   what was learned on one task guides the next; a record is written as soon as it is measured,
   and an interrupt (Ctrl-C) stops the tuning and keeps what was tuned.
@@ -118,8 +118,8 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
     ``stopped`` (``"interrupted"`` on Ctrl-C, ``"time limit"`` when ``time_limit`` seconds
     passed before every task had its turns) — what was tuned before a stop stays in the
     database. Under a time limit, several tasks are tuned in two rounds, each largest first:
-    ``min_trials`` each, then the rest of their trials, so that the limit leaves every task
-    that had its first round tuned.
+    ``min_trials`` for each task the database holds no trial of, then the rest of the trials,
+    so that the limit leaves every task that had its first round tuned.
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -157,21 +157,23 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
         runner = ms.runner.LocalRunner()
         cost_model = ms.CostModel.create("xgb", num_tuning_cores=max(1, targets.num_cores(target) or 1))
         bar = progress_bar("tuning", "trial", total=sum(b.trials for b in todo))
-        # under a time limit, two rounds, each largest first: min_trials for every task, then
-        # the rest of each task's trials (MetaSchedule starts again from what the database
-        # holds), so that the limit leaves the small kernels tuned a little, not on the untuned
-        # default, which can cost many times their share of the model's time; without one (or
-        # with one task), a round per task: each costs MetaSchedule seconds to start
-        first = min_trials if time_limit is not None and len(todo) > 1 else trials
-        steps = [(b, c, w, min(b.trials, first)) for b, c, w in zip(todo, contexts, weights)]
-        steps += [(b, c, w, b.trials - first) for b, c, w in zip(todo, contexts, weights) if b.trials > first]
+        # under a time limit, two rounds, each largest first: min_trials for every task the
+        # database holds no trial of, then the rest of each task's trials (MetaSchedule starts
+        # again from what the database holds), so that the limit leaves no kernel on the untuned
+        # default, which can cost many times its share of the model's time; otherwise (no
+        # limit, one task, or a task tuned before) a step per task: each costs MetaSchedule
+        # seconds to start
+        split = time_limit is not None and len(todo) > 1
+        first = [min(b.trials, min_trials) if split and not b.recorded else 0 for b in todo]
+        steps = [(b, c, w, n) for b, c, w, n in zip(todo, contexts, weights, first) if n]
+        steps += [(b, c, w, b.trials - n) for b, c, w, n in zip(todo, contexts, weights, first) if b.trials > n]
         try:
             for k, (b, context, weight, n) in enumerate(steps):
                 if time_limit is not None and time.perf_counter() - t0 > time_limit:
                     stopped = "time limit"
                     break
                 log.info("task %s: %d of its %d trials (%.0f%% of the work)%s", b.name, n, b.trials, 100 * b.share,
-                         "" if k < len(todo) else ", second round")
+                         ", second round" if n < b.trials and k >= sum(map(bool, first)) else "")
                 ms.tune_tasks(tasks=[context], task_weights=[weight], work_dir=str(work_dir),
                               max_trials_global=n, max_trials_per_task=n,
                               num_trials_per_iter=min(BATCH, n), builder=builder, runner=runner,
