@@ -282,6 +282,13 @@ def test_tasks_are_tuned_in_two_rounds_so_a_time_limit_leaves_none_untouched(tmp
     steps.clear()
     cut = tuning.tune(mod, "llvm", tmp_path / "db2", 64, min_trials=8, time_limit=10.0 * len(planned) - 5)
     assert steps == first and cut["stopped"] == "time limit" and cut["trials_run"] == sum(n for _, n in first)
+    # a task tuned before is topped up in one step: no first round for it
+    largest = planned[0][0]
+    held = next(t for t in tuning.tasks_of(mod, "llvm") if t.task_name == largest).dispatched[0]
+    monkeypatch.setattr(tuning, "recorded_trials", lambda db, func: 8 if structural_equal(func, held) else 0)
+    steps.clear()
+    tuning.tune(mod, "llvm", tmp_path / "db3", 64, min_trials=8, time_limit=1e9)
+    assert steps[0][0] != largest and (largest, planned[0][1] - 8) in steps and steps.count((largest, 8)) == 0
 
 
 def test_cpu_builds_without_a_database_say_once_that_kernels_are_untuned(tmp_path, caplog):
