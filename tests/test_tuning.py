@@ -272,8 +272,15 @@ def test_tasks_are_tuned_in_two_rounds_so_a_time_limit_leaves_none_untouched(tmp
 
     monkeypatch.setattr(ms, "tune_tasks", tune_tasks)
     monkeypatch.setattr(tuning.time, "perf_counter", lambda: clock[0])
+    # a handler without a name on MetaSchedule's logger (an application's) must not break tuning
+    import logging
+
+    unnamed = logging.NullHandler()
+    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
+    monkeypatch.setattr(ms_log, "handlers", [*ms_log.handlers, unnamed])
     report = tuning.tune(mod, "llvm", tmp_path / "db", 64, min_trials=8)
     assert steps == planned and report["trials_run"] == 64 and report["stopped"] is None
+    assert unnamed in ms_log.handlers
     steps.clear()
     report = tuning.tune(mod, "llvm", tmp_path / "db1", 64, min_trials=8, time_limit=1e9)
     first = [(name, min(n, 8)) for name, n in planned]

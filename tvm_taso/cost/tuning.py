@@ -151,8 +151,17 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
         # least, MetaSchedule's default 2048 at most), not 2048 for a task given 16 trials
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=min(POPULATION, max(BATCH, 4 * max(b.trials for b in todo))))
-        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-            [by_name[b.name] for b in todo], str(work_dir), strategy=strategy, seed=seed)
+        # MetaSchedule's logging config names its logger's handlers, and one without a name (the
+        # application's, a test runner's) makes it fail: such handlers sit out while it is made
+        unnamed = [h for h in ms_log.handlers if h.get_name() is None]
+        for h in unnamed:
+            ms_log.removeHandler(h)
+        try:
+            contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+                [by_name[b.name] for b in todo], str(work_dir), strategy=strategy, seed=seed)
+        finally:
+            for h in unnamed:
+                ms_log.addHandler(h)
         builder = ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT, initializer=tensor_intrinsics)
         runner = ms.runner.LocalRunner()
         cost_model = ms.CostModel.create("xgb", num_tuning_cores=max(1, targets.num_cores(target) or 1))
