@@ -114,7 +114,8 @@ def add_model_commands(sub) -> None:
     tune.add_argument("--min-trials", type=int, default=16, help="the fewest trials a kernel is given while the "
                       "budget lasts (default 16)")
     tune.add_argument("--tune-time-limit", type=float, metavar="S", help="stop starting new kernels after S seconds (kernels are then "
-                      "tuned in two rounds, --min-trials each first, so the limit leaves none untouched)")
+                      "tuned in two rounds, --min-trials first for each one not tuned before, so the limit "
+                      "leaves none untouched)")
     tune.add_argument("--no-taso", action="store_true", help="tune the original model's kernels only")
     tune.add_argument("--no-original", action="store_true", help="tune the optimized model's kernels only")
     tune.add_argument("--json", help="write the tuning report as JSON")

@@ -53,8 +53,12 @@ class TaskBudget:
     flops: float  # of one run
     share: float  # of the module's work (weight × flops)
     trials: int  # given now
-    in_database: bool  # tuned before
     recorded: int = 0  # trials the database held for it before: counted towards its share
+
+    @property
+    def in_database(self) -> bool:
+        """Tuned before."""
+        return self.recorded > 0
 
 
 def tasks_of(mod, target) -> list:
@@ -85,12 +89,9 @@ def plan(tasks: list, trials: int, database=None, min_trials: int = MIN_TRIALS) 
     round's worth)."""
     flops = [_flops(t) for t in tasks]
     total = sum(t.weight * f for t, f in zip(tasks, flops)) or 1.0
-    budgets = [TaskBudget(t.task_name, int(t.weight), f, t.weight * f / total, 0, False)
+    budgets = [TaskBudget(t.task_name, int(t.weight), f, t.weight * f / total, 0,
+                          recorded_trials(database, t.dispatched[0]) if database is not None else 0)
                for t, f in zip(tasks, flops)]
-    if database is not None:
-        for b, t in zip(budgets, tasks):
-            b.recorded = recorded_trials(database, t.dispatched[0])
-            b.in_database = b.recorded > 0
     order = sorted(range(len(budgets)), key=lambda k: -budgets[k].share)
     left = trials
     for k in order:
@@ -100,7 +101,7 @@ def plan(tasks: list, trials: int, database=None, min_trials: int = MIN_TRIALS) 
         share = min(left, max(min_trials, round(trials * b.share)))
         left -= share
         if not b.recorded or share - b.recorded >= min_trials:
-            b.trials = max(0, share - b.recorded)
+            b.trials = share - b.recorded
     return [budgets[k] for k in order]
 
 
@@ -174,15 +175,16 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
         # seconds to start
         split = time_limit is not None and len(todo) > 1
         first = [min(b.trials, min_trials) if split and not b.recorded else 0 for b in todo]
-        steps = [(b, c, w, n) for b, c, w, n in zip(todo, contexts, weights, first) if n]
-        steps += [(b, c, w, b.trials - n) for b, c, w, n in zip(todo, contexts, weights, first) if b.trials > n]
+        steps = [(b, c, w, n, "") for b, c, w, n in zip(todo, contexts, weights, first) if n]
+        steps += [(b, c, w, b.trials - n, ", second round" if n else "")
+                  for b, c, w, n in zip(todo, contexts, weights, first) if b.trials > n]
         try:
-            for k, (b, context, weight, n) in enumerate(steps):
+            for b, context, weight, n, which in steps:
                 if time_limit is not None and time.perf_counter() - t0 > time_limit:
                     stopped = "time limit"
                     break
                 log.info("task %s: %d of its %d trials (%.0f%% of the work)%s", b.name, n, b.trials, 100 * b.share,
-                         ", second round" if n < b.trials and k >= sum(map(bool, first)) else "")
+                         which)
                 ms.tune_tasks(tasks=[context], task_weights=[weight], work_dir=str(work_dir),
                               max_trials_global=n, max_trials_per_task=n,
                               num_trials_per_iter=min(BATCH, n), builder=builder, runner=runner,
@@ -201,7 +203,7 @@ def tune(mod, target, work_dir, trials: int, *, min_trials: int = MIN_TRIALS, ti
     rows = []
     for b in budgets:
         best = best_seconds(database, by_name[b.name].dispatched[0], target)
-        rows.append(dict(asdict(b), best_us=None if best is None else best * 1e6))
+        rows.append(dict(asdict(b), in_database=b.in_database, best_us=None if best is None else best * 1e6))
     return {"database": str(work_dir), "target": str(target), "trials": trials, "trials_run": ran,
             "trials_held": sum(b.recorded for b in budgets),
             "tasks": rows, "tasks_tuned": sum(r["best_us"] is not None for r in rows),
