@@ -20,7 +20,6 @@ quartiles; compile seconds are one build each. Writes
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import models
-from benchmarks.run import each_model, model_table, ort_model, ratio_text
+from benchmarks.run import harness_parser, run_models, model_table, ort_model, ratio_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "default_schedules.json"
@@ -102,17 +101,11 @@ def table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.default_schedules", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["resnet50", "bert-base"], choices=list(models.MODELS))
+    ap = harness_parser("benchmarks.default_schedules", __doc__, RESULTS)
     ap.add_argument("--repeats", type=int, default=5, help="timing rounds (default 5)")
     ap.add_argument("--min-repeat-ms", type=int, default=200, help="each sample averages calls for this long")
-    ap.add_argument("--quick", action="store_true", help="the models' tiny versions")
-    ap.add_argument("--json", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    result = each_model("benchmarks.default_schedules", args, argv, lambda name: bench_model(name, args), args.json)
-    print(table(result))
-    return 0 if all("error" not in r for r in result["rows"]) else 1
+    return run_models("benchmarks.default_schedules", args, argv, lambda name: bench_model(name, args), table)
 
 
 if __name__ == "__main__":

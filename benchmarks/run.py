@@ -513,6 +513,25 @@ def each_model(prog: str, args, argv, bench, path: Path) -> dict:
     return result
 
 
+def harness_parser(prog: str, doc: str, results: Path) -> argparse.ArgumentParser:
+    """The command line of a per-model harness (``python -m prog``), with its ``--models``
+    (ResNet-50 and BERT-base by default), ``--quick`` and ``--json`` (default ``results``)."""
+    ap = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["resnet50", "bert-base"], choices=list(models.MODELS))
+    ap.add_argument("--quick", action="store_true", help="the models' tiny versions")
+    ap.add_argument("--json", type=Path, default=results)
+    return ap
+
+
+def run_models(prog: str, args, argv, bench, table) -> int:
+    """A per-model harness's command (:func:`harness_parser`'s arguments): :func:`each_model`
+    into ``args.json``, its ``table`` printed; the exit status (1 when a model failed)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    result = each_model(prog, args, argv, bench, args.json)
+    print(table(result))
+    return 0 if all("error" not in r for r in result["rows"]) else 1
+
+
 # -- command line ------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = [
     {"errors", "files", "numerics", "progress", "target", "examples", "ort", "ort.runtime"},
     {"ir", "runtime"},  # runtime reads parameter shapes, symbolic sizes included, as the engine does
+    {"blas"},  # a Relax pass over the IR's functions
     {"io", "output_check"},  # the output check runs models through runtime and onnxruntime
     {"rewrite"},
     {"verify", "generate"},

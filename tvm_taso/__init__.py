@@ -38,9 +38,10 @@ from .io.torch_import import from_torch
 from .driver import TasoSkippedWarning, optimize
 from .rewrite.rule import Rule, RuleSyntaxError, default_rules, parse_rules
 from .verify.admit import load_rules
-from . import passes
+from . import blas, passes
 
 passes.register()
+blas.register()  # a module built with the BLAS calls it by name (tvm_taso.blas)
 
 __version__ = "0.1.0"
 

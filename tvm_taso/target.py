@@ -204,6 +204,46 @@ def conv_layouts(target=None) -> dict | None:
     return {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 
 
+def wants_blas(target=None) -> bool:
+    """Whether a build for ``target`` is to hand its matmuls and convolutions to a BLAS in the
+    process that runs it (:func:`tvm_taso.blas.used_for` adds whether there is one): a CPU
+    target's ``libs`` says (``["blas"]``: yes; any list without it, e.g. ``["tvm"]``: no); one
+    that does not say, yes when it is for this machine (no ``mtriple`` or ``mcpu`` of another)."""
+    attrs = _attributes(target)
+    if attrs.get("kind") != "llvm":
+        return False
+    libs = attrs.get("libs")
+    if libs:
+        return "blas" in [str(lib) for lib in libs]
+    cpu, triple = host_cpu()
+    return attrs.get("mtriple", triple) == triple and attrs.get("mcpu", cpu) == cpu
+
+
+def _attributes(target) -> dict:
+    """The target's attributes and kind as a dict: a JSON string (a canonical target) or a dict
+    read as it is, without parsing it again; any other form parsed."""
+    if isinstance(target, str) and target.lstrip().startswith("{"):
+        try:
+            return dict(json.loads(target))
+        except (ValueError, TypeError):
+            pass
+    if isinstance(target, dict) and "kind" in target:
+        return dict(target)
+    t = parse(target)
+    return dict(t.attrs, kind=t.kind.name)
+
+
+def without_blas(target=None):
+    """``target`` parsed, built without the BLAS (``"libs": ["tvm"]`` on a CPU target that uses
+    it): for a module run in another process than this one's, e.g. on an RPC device."""
+    import tvm
+
+    t = parse(target)
+    if not wants_blas(t):
+        return t
+    return tvm.target.Target(dict(t.export(), libs=["tvm"]))
+
+
 def num_cores(target=None) -> int:
     """The target's ``num-cores`` attribute, 0 when it does not say."""
     return int(parse(target).attrs.get("num-cores", 0) or 0)

@@ -533,6 +533,7 @@ def _database(args, target):
 def cmd_compile(args) -> int:
     import tvm
 
+    from tvm_taso import blas
     from tvm_taso.cost.kernel_build import build_pipeline, build_target
     from tvm_taso.passes.pipeline import taso_pipeline
 
@@ -551,6 +552,9 @@ def cmd_compile(args) -> int:
     ex = tvm.compile(mod, target=parsed, relax_pipeline=pipeline)
     write_atomically(args.output, ex.export_library)
     print(f"written          {args.output}")
+    if blas.used_for(parsed):
+        print("                 its matmuls and convolutions call the BLAS through tvm_taso: `import tvm_taso` "
+              "before loading it (a target with \"libs\": [\"tvm\"] builds them all with TVM)")
     return 0
 
 

@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tvm_taso import target as targets
+from tvm_taso import blas, target as targets
 from tvm_taso.cost.schedules import DEFAULT_SCHEDULE
 from tvm_taso.files import cache_dir
 
@@ -59,7 +59,8 @@ def db_target(tstr: str, database: str | None) -> str:
     kernels are built with (:func:`~tvm_taso.cost.kernel_build.build_pipeline`): tuned,
     default-scheduled and plain-loop timings are different facts. A CPU's are also marked with
     the layouts its convolutions are built in (:func:`~tvm_taso.target.conv_layouts`): timings
-    of kernels built in the model's layouts, from before, are not reused."""
+    of kernels built in the model's layouts, from before, are not reused; and with the BLAS its
+    matmuls and convolutions are handed to (:func:`~tvm_taso.blas.used_for`)."""
     data = json.loads(tstr)
     if database:
         data["taso:ms_database"] = os.path.abspath(str(database))
@@ -70,6 +71,8 @@ def db_target(tstr: str, database: str | None) -> str:
     layouts = targets.conv_layouts(tstr)
     if layouts:
         data["taso:conv_layouts"] = layouts
+    if blas.used_for(tstr):
+        data["taso:blas"] = blas.name()
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 

@@ -267,13 +267,18 @@ def _backend(target):
 def _split_at_fusion(target, model_layouts: bool = False) -> tuple[list, list]:
     """The target's dispatch + legalize passes, cut right after ``FuseTIR``: MetaSchedule's
     workloads are the fused TIR functions at that point. Convolutions are first given the
-    target's layouts (:func:`convert_layouts`; not with ``model_layouts``), then layouts of
-    constants are folded (:func:`fold_constant_layouts`: the weights' transforms become new
-    weights)."""
+    target's layouts (:func:`convert_layouts`; not with ``model_layouts``), matmuls and
+    convolutions handed to the BLAS where the target uses it (:func:`~tvm_taso.blas.used_for`;
+    not with ``model_layouts``), then layouts of constants are folded
+    (:func:`fold_constant_layouts`: the weights' transforms become new weights)."""
+    from tvm_taso.blas import dispatch_blas, used_for
+
     legalize = list(_backend(target).legalize_passes(target))
     at = next((i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"), len(legalize) - 1) + 1
     layouts = None if model_layouts else targets.conv_layouts(target)
-    head = ([convert_layouts(layouts)] if layouts else []) + [fold_constant_layouts()]
+    head = [convert_layouts(layouts)] if layouts else []
+    head += [dispatch_blas()] if not model_layouts and used_for(target) else []
+    head += [fold_constant_layouts()]
     head += list(_backend(target).library_dispatch_passes(target))
     return head + legalize[:at], legalize[at:]
 

@@ -3,8 +3,9 @@
 A kernel the search prices is built as TVM would build it (its ops as a Relax function, through
 the target's passes up to ``FuseTIR``: :func:`~tvm_taso.cost.tuning.tasks_of`); each TIR kernel
 that comes out (a *task*) costs its best time in the database
-(:func:`~tvm_taso.cost.tuning.best_seconds`), times how often it runs. A task the database does
-not hold is predicted:
+(:func:`~tvm_taso.cost.tuning.best_seconds`), times how often it runs; a matmul or convolution
+the build hands to the BLAS (:mod:`tvm_taso.blas`) costs that call timed here
+(:func:`~tvm_taso.blas.matmul_seconds`). A task the database does not hold is predicted:
 
 * with :data:`MIN_WORKLOADS` or more tuned tasks with arithmetic in the database, by
   :class:`TunedTimePredictor`: gradient-boosted trees over MetaSchedule's own per-store features
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvm_taso import target as targets
+from tvm_taso import blas, target as targets
 from tvm_taso.cost.analytic import AnalyticCost
 from tvm_taso.cost.model import CostModel, Kernel
 
@@ -63,7 +64,7 @@ class TunedCost(CostModel):
         self.scale = efficiency_scale(workloads, self.peak)
         self.predictor = (TunedTimePredictor(workloads, self.target, self.peak)
                           if len(workloads) >= MIN_WORKLOADS else None)
-        self.from_database = self.predicted = self.fallback = 0
+        self.from_database = self.predicted = self.fallback = self.library_calls = 0
 
     @property
     def peak(self) -> float:
@@ -71,22 +72,26 @@ class TunedCost(CostModel):
 
     def kernel_cost(self, kernel: Kernel) -> float:
         from tvm_taso.cost import tuning
-        from tvm_taso.cost.kernel_build import target_kernel_module
+        from tvm_taso.cost.kernel_build import fused_module, target_kernel_module
 
         try:
-            tasks = tuning.tasks_of(target_kernel_module(kernel, self.target), self.target)
+            fused = fused_module(target_kernel_module(kernel, self.target), self.target)
+            tasks, calls = tuning.fused_tasks(fused, self.target), blas.library_calls(fused)
         except Exception:  # noqa: BLE001 - a kernel TVM cannot build here: the fallback prices it
-            tasks = []
+            tasks, calls = [], []
         times = [tuning.best_seconds(self.database, t.dispatched[0], self.target) for t in tasks]
         predicted = None in times and self.predictor is not None and kernel.anchor not in _NO_ARITHMETIC
         if predicted:
             times = [s if s is not None else self.predictor.seconds(t.dispatched[0]) for s, t in zip(times, tasks)]
-        if tasks and None not in times:
+        static = all(isinstance(d, int) for a, b, _ in calls for d in a + b)
+        if (tasks or calls) and None not in times and static:
             if predicted:
                 self.predicted += 1
             else:
                 self.from_database += 1
-            return sum(s * 1e6 * int(t.weight) for s, t in zip(times, tasks))
+            library = sum(blas.matmul_seconds(a, b, dtype) for a, b, dtype in calls)
+            self.library_calls += len(calls)
+            return sum(s * 1e6 * int(t.weight) for s, t in zip(times, tasks)) + library * 1e6
         self.fallback += 1
         price = self.analytic.kernel_cost(kernel)
         return price * self.scale if kernel.anchor not in _NO_ARITHMETIC else price
@@ -94,6 +99,7 @@ class TunedCost(CostModel):
     def describe(self) -> dict:
         return {"name": self.name, "target": targets.canonical(self.target), "database": str(self.path),
                 "from_database": self.from_database, "predicted": self.predicted, "fallback": self.fallback,
+                "library_calls": self.library_calls,
                 "fallback_scale": self.scale,
                 "predictor_workloads": 0 if self.predictor is None else self.predictor.workloads}
 

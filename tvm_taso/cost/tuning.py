@@ -64,12 +64,18 @@ class TaskBudget:
 def tasks_of(mod, target) -> list:
     """MetaSchedule's tasks for ``mod`` built for ``target``: its fused TIR kernels, each once
     with its weight (how often it runs)."""
-    from tvm.s_tir import meta_schedule as ms
-
     from tvm_taso.cost.kernel_build import fused_module
 
     target = targets.with_cores(target)
-    return list(ms.relax_integration.extract_tasks(fused_module(mod, target), target))
+    return fused_tasks(fused_module(mod, target), target)
+
+
+def fused_tasks(fused, target) -> list:
+    """:func:`tasks_of` a module already through the passes up to ``FuseTIR`` for ``target``
+    (with its cores)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return list(ms.relax_integration.extract_tasks(fused, target))
 
 
 def _flops(task) -> float:

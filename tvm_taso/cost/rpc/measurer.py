@@ -104,7 +104,8 @@ def run_remote_measurement(request: dict, progress=lambda phase: None) -> dict:
     rpc_cfg = request["rpc"]
     with tempfile.TemporaryDirectory(prefix="tvm-taso-rpc-") as tmp:
         try:
-            ex = build_kernel(kernel, request["target"], request.get("database"))
+            # the BLAS runs in the process that runs the module: not in the RPC server
+            ex = build_kernel(kernel, targets.without_blas(request["target"]), request.get("database"))
             path = _export(ex, tmp, rpc_cfg.get("export", "tar"), rpc_cfg.get("cc"))
         except MeasureError as err:
             return {"status": "build_error", "error": f"MeasureError: {err}"}
@@ -231,10 +232,14 @@ class RPCMeasurer:
         return {"remote": repr(self)}
 
     def record_target(self, target_string: str) -> str:
-        if not self.tag:
-            return target_string
+        """The target string of this device's records: kernels are built here without the BLAS
+        (:func:`run_remote_measurement`), and marked with the device's tag."""
         data = json.loads(target_string)
-        data["taso:device"] = self.tag
+        if "taso:blas" not in data and not self.tag:
+            return target_string
+        data.pop("taso:blas", None)
+        if self.tag:
+            data["taso:device"] = self.tag
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def __call__(
