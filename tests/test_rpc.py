@@ -75,7 +75,11 @@ def test_loopback_server_measurement(server, worker):
     rec = m(k, "llvm", repeats=3, timeout=120)
     assert rec.status == "ok", rec.error
     assert math.isfinite(rec.median_us) and 0 < rec.median_us < 1e5 and len(rec.samples_us) == 3
-    assert rec.key == k.key() and rec.target == measured_target("llvm")  # no tag for a bare server
+    assert rec.key == k.key() and rec.target == m.record_target(measured_target("llvm"))
+    # no tag for a bare server; built without the BLAS (it runs in the process that runs the module)
+    assert "taso:device" not in rec.target and "taso:blas" not in rec.target
+    big = m(_matmul(128, 128, 128), "llvm", repeats=3, timeout=120)  # a BLAS-sized matmul: TVM's kernel there
+    assert big.status == "ok", big.error
 
 
 @pytest.mark.heavy
