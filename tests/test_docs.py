@@ -82,6 +82,7 @@ TABLES = [
     ("tuned", "table", "tuned_blas_bert.json", "benchmarks/README.md"),
     ("tuned", "table", "tuned_blas_bert_first.json", "benchmarks/README.md"),
     ("tuned", "table", "tuned_blas_bert_gpu_rewrites.json", "benchmarks/README.md"),
+    ("tuned", "table", "tuned_blas_resnext50_gpu_rewrites.json", "benchmarks/README.md"),
     ("torch_tuned", "table", "torch_tuned_blas.json", "benchmarks/README.md"),
     ("kernel_profile", "table", "kernel_profile.json", "benchmarks/README.md"),
     ("default_schedules", "table", "default_schedules.json", "benchmarks/README.md"),
