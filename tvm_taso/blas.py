@@ -48,10 +48,7 @@ def available() -> bool:
     DLPack, as :data:`FUNCTION` does)."""
     import tvm
 
-    try:
-        blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
-    except (AttributeError, KeyError, TypeError):
-        return False
+    blas = _numpy_blas()
     if not blas.get("found") or blas.get("name") in (None, "", "none"):
         return False
     try:
@@ -63,8 +60,16 @@ def available() -> bool:
 def name() -> str:
     """The BLAS numpy links, with its version (``"scipy-openblas 0.3.31.188.0"``): measurements
     of builds that call it are marked with it (:func:`~tvm_taso.cost.database.db_target`)."""
-    blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
+    blas = _numpy_blas()
     return f"{blas.get('name')} {blas.get('version', '')}".strip()
+
+
+def _numpy_blas() -> dict:
+    """numpy's build configuration of its BLAS (empty when numpy does not say)."""
+    try:
+        return dict(np.__config__.CONFIG["Build Dependencies"]["blas"])
+    except (AttributeError, KeyError, TypeError):
+        return {}
 
 
 def used_for(target=None) -> bool:
@@ -85,10 +90,9 @@ def register() -> None:
 def dispatch_blas():
     """A pass handing the matmuls and NHWC convolutions of the module's Relax functions to the
     BLAS (the module docstring says which); functions marked ``Primitive``, ``Composite`` or
-    ``Codegen`` are left alone."""
+    ``Codegen`` are left alone. The module calls :data:`FUNCTION`, which ``import tvm_taso``
+    registers (:func:`register`) in every process that builds one."""
     import tvm
-
-    register()
 
     @tvm.transform.module_pass(opt_level=0, name="TasoDispatchBLAS")
     def _dispatch(mod, _ctx):

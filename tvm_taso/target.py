@@ -178,14 +178,7 @@ def kind(target=None) -> str:
     """``"llvm"``, ``"cuda"``, ... of any target form (a canonical string included)."""
     if isinstance(target, Target):
         return target.kind
-    if isinstance(target, str) and target.lstrip().startswith("{"):
-        try:
-            return str(json.loads(target).get("kind", ""))
-        except (ValueError, AttributeError):
-            pass
-    if isinstance(target, dict) and "kind" in target:
-        return str(target["kind"])
-    return parse(target).kind.name
+    return str(_attributes(target).get("kind", ""))
 
 
 def is_gpu(target=None) -> bool:
@@ -225,7 +218,7 @@ def _attributes(target) -> dict:
     if isinstance(target, str) and target.lstrip().startswith("{"):
         try:
             return dict(json.loads(target))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, AttributeError):
             pass
     if isinstance(target, dict) and "kind" in target:
         return dict(target)
