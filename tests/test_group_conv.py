@@ -205,6 +205,25 @@ def test_parallel_conv_relu_branches_become_one_grouped_conv(n, search):
     assert len(_calls(unchanged, "relax.nn.conv2d")) == n
 
 
+@pytest.mark.parametrize("search", [None, "backtrack", "eqsat"])
+@pytest.mark.parametrize("n", [3, 4])
+def test_branch_merges_that_pay_after_their_relus_merge_are_found(n, search):
+    """At 64 channels and 14x14 merging two of the branches costs more than it saves until
+    their relus run once on the grouped conv's output (a second step), and merging all of them
+    pays: TENSAT's example of what equality saturation finds and a greedy search misses.
+    Backtracking looks one step past a merge too costly to keep (the elementwise ops on its
+    parts merged), so every search, the default included, ends with one grouped conv."""
+    if search == "eqsat":
+        pytest.importorskip("egglog")
+    mod = branches(n, 64, 14)
+    new, report = tvm_taso.optimize(mod, target="cuda", **({"search": search} if search else {}))
+    convs = _calls(new, "relax.nn.conv2d")
+    assert [int(c.attrs.groups) for c in convs] == [n], report["applied"]
+    assert len(_calls(new, "relax.nn.relu")) == 1
+    assert report["cost_after"] < 0.72 * report["cost_before"], (report["cost_before"], report["cost_after"])
+    assert _outputs_agree(mod, new)
+
+
 # -- rules whose outputs share no input ---------------------------------------------------------
 
 PARALLEL_RELUS = parse_rule(

@@ -11,6 +11,10 @@ rules takes it (:func:`descend`): cheap local rewrites that enable others (a bat
 into its conv before the conv is merged with its neighbours) are otherwise explored after the
 bigger gains found first, which use up the budget (Inception-v3 from PyTorch's frontend, whose
 batch norms no exporter has folded).
+
+A merge costlier than ``alpha`` allows is looked one step past (:func:`_follow_ups`): merged
+branches may pay only once the elementwise ops on their parts run once on the merged value,
+which a search that drops the merge never reaches.
 """
 
 from __future__ import annotations
@@ -75,20 +79,32 @@ def search_region(g: Graph, rules: list[Rule], cost: CostModel, deadline: float,
             break
         c, _, cur, path = heapq.heappop(queue)
         expanded += 1
+        found, merges = [], []
         for rule, new in neighbours(cur, rules, max_ops):
             h = new.structural_hash()
             if h in seen:
                 continue
             seen.add(h)
             stats.candidates += 1
-            new_cost = cost.cost(new)
-            new_path = path + (rule.name,)
-            if new_cost < best_cost:
-                stats.curve.append((time.perf_counter(), new_cost - best_cost))
-                best, best_cost, best_path = new, new_cost, new_path
+            found.append((new, cost.cost(new), path + (rule.name,)))
+            if len(rule.src) > 1:
+                merges.append(len(found) - 1)
+        lowest = min([best_cost] + [c for _, c, _ in found])
+        for k in merges:
+            merged, merged_cost, merged_path = found[k]
+            if merged_cost >= alpha * lowest:
+                # a merge may pay only once the elementwise ops on its parts run once on the
+                # whole; looked for after every one-step graph is seen, so that a graph one rule
+                # reaches keeps that one rule as its path
+                found += _follow_ups(cur, merged, rules, cost, max_ops=max_ops, seen=seen, stats=stats,
+                                     path=merged_path)
+        for graph, graph_cost, graph_path in found:
+            if graph_cost < best_cost:
+                stats.curve.append((time.perf_counter(), graph_cost - best_cost))
+                best, best_cost, best_path = graph, graph_cost, graph_path
                 last_better = expanded
-            if new_cost < alpha * best_cost:
-                heapq.heappush(queue, (new_cost, tie, new, new_path))
+            if graph_cost < alpha * best_cost:
+                heapq.heappush(queue, (graph_cost, tie, graph, graph_path))
                 tie += 1
     stats.expanded += expanded
     stats.stop(stop)
@@ -106,6 +122,38 @@ def neighbours(g: Graph, rules: list[Rule], max_ops: int):
             new = match.apply(g, site)
             if new is not None and runtime_ops(new) <= max_ops:
                 yield rule, new
+
+
+def _follow_ups(before: Graph, merged: Graph, rules: list[Rule], cost: CostModel, *, max_ops: int, seen: set,
+                stats: SearchStats, path: tuple) -> list[tuple[Graph, float, tuple]]:
+    """(graph, cost, path) for each graph one rule away from ``merged`` (a merge too costly to
+    keep, made from ``before``) that moves elementwise ops reading what the merge made onto its
+    merged value: a rule whose roots are all elementwise ops that read a node the merge made,
+    leaving fewer runtime ops (a relu on each half of the merge's split run once before it).
+    Graphs seen before are skipped, the others priced and added to ``seen``."""
+    made = set(merged.nodes) - set(before.nodes)
+    near = {nid for nid, node in merged.nodes.items()
+            if node.op in ops.OPS and ops.OPS[node.op].kind == ops.ELEMWISE and any(src in made for src, _ in node.inputs)}
+    if not near:
+        return []
+    # every op of the graph stays a key (a rule's inner patterns may name it); roots come from near
+    by_op = {op: [nid for nid in nids if nid in near] for op, nids in match.index_by_op(merged).items()}
+    fewer = min(runtime_ops(merged) - 1, max_ops)
+    out = []
+    for rule in rules:
+        if any(not by_op.get(op) for op in rule.root_ops):
+            continue
+        for site in match.find_matches(merged, rule, by_op):
+            new = match.apply(merged, site)
+            if new is None or runtime_ops(new) > fewer:
+                continue
+            h = new.structural_hash()
+            if h in seen:
+                continue
+            seen.add(h)
+            stats.candidates += 1
+            out.append((new, cost.cost(new), path + (rule.name,)))
+    return out
 
 
 def descend(g: Graph, rules: list[Rule], cost: CostModel, deadline: float, max_ops: int,
