@@ -34,10 +34,11 @@ import tvm_taso
 from tvm_taso.io.onnx_import import import_relax
 from benchmarks.models import build
 name, search, workers, quick = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "quick"
+limit = {} if sys.argv[5] == "default" else {"time_limit": float(sys.argv[5])}
 mod = import_relax(build(name, quick=quick))
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    _, report = tvm_taso.optimize(mod, target="cuda", cost_model="analytic", search=search, workers=workers)
+    _, report = tvm_taso.optimize(mod, target="cuda", cost_model="analytic", search=search, workers=workers, **limit)
 print(json.dumps({"seconds": report["search"]["seconds"], "cost_after": report["cost_after"],
                   "tvm_taso": tvm_taso.__file__}))
 """
@@ -62,17 +63,22 @@ def commit_of(tree: Path) -> str:
                           cwd=tree).stdout.strip()
 
 
-def run_once(tree: Path, name: str, search: str, workers: int, quick: bool) -> dict:
-    return run_in_tree(tree, _CHILD, name, search, str(workers), "quick" if quick else "full")
+def run_once(tree: Path, name: str, search: str, workers: int, quick: bool, time_limit: float | None) -> dict:
+    return run_in_tree(tree, _CHILD, name, search, str(workers), "quick" if quick else "full",
+                       "default" if time_limit is None else str(time_limit))
 
 
 def markdown(result: dict) -> str:
     """The table of a run: per model and worker count, the median search seconds before and
-    after, their ratio, and whether the costs found are the same."""
-    lines = ["| model | workers | before s | after s | after / before | same cost |", "|---|---:|---:|---:|---:|---|"]
+    after, their ratio, and the costs found (one column when they are the same everywhere)."""
+    same = all(row["same_cost"] for row in result["models"])
+    costs = "same cost" if same else "cost before | cost after"
+    lines = [f"| model | workers | before s | after s | after / before | {costs} |",
+             "|---|---:|---:|---:|---:|" + ("---|" if same else "---:|---:|")]
     for row in result["models"]:
+        found = ("yes" if same else f"{row['before']['cost_after']:.2f} | {row['after']['cost_after']:.2f}")
         lines.append(f"| {row['model']} | {row['workers']} | {row['before']['seconds']:.2f} | "
-                     f"{row['after']['seconds']:.2f} | {row['time_ratio']:.2f} | {'yes' if row['same_cost'] else 'no'} |")
+                     f"{row['after']['seconds']:.2f} | {row['time_ratio']:.2f} | {found} |")
     return "\n".join(lines)
 
 
@@ -83,6 +89,7 @@ def main(argv=None) -> int:
     parser.add_argument("-j", "--workers", type=int, nargs="+", default=[1], help="worker counts to run each at")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--time-limit", type=float, help="seconds per search (default: optimize's)")
     parser.add_argument("--only", nargs="*", help="model names (default all eight)")
     parser.add_argument("-o", "--output", default=str(RESULTS / "search_ab.json"))
     args = parser.parse_args(argv)
@@ -93,7 +100,7 @@ def main(argv=None) -> int:
             runs: dict = {side: [] for side in trees}
             for _ in range(args.repeats):
                 for side, tree in trees.items():
-                    runs[side].append(run_once(tree, name, args.search, workers, args.quick))
+                    runs[side].append(run_once(tree, name, args.search, workers, args.quick, args.time_limit))
             row = {"model": name, "workers": workers}
             for side in trees:
                 row[side] = {"seconds": statistics.median(r["seconds"] for r in runs[side]),
@@ -117,6 +124,7 @@ def main(argv=None) -> int:
                                                  for side in trees}} if tensat else {}),
         }
     result = {"search": args.search, "sizes": "quick" if args.quick else "full", "repeats": args.repeats,
+              "time_limit": args.time_limit,
               "before": f"commit {commit_of(args.before)}", "after": "this checkout",
               "how": "each run a fresh process, the trees alternating per model and worker count; analytic cost "
                      "for cuda; seconds in the search proper; a measurement on this 2-core machine",

@@ -74,6 +74,7 @@ TABLES = [
     ("ort_runtime", "markdown", "ort_runtime.json", "tvm_taso/README.md"),
     ("learned_accuracy", "table", "learned_accuracy.json", "tvm_taso/README.md"),
     ("search_ab", "markdown", "eqsat_speed.json", "tvm_taso/README.md"),
+    ("search_ab", "markdown", "backtrack_lookahead.json", "tvm_taso/README.md"),
     ("search_compare", "markdown", "search_compare_full.json", "tvm_taso/README.md"),
     ("tuned", "table", "tuned.json", "benchmarks/README.md"),
     ("tuned", "table", "tuned_bert.json", "benchmarks/README.md"),

@@ -64,6 +64,7 @@ def search_region(g: Graph, rules: list[Rule], cost: CostModel, deadline: float,
             best, best_cost, best_path = low, low_cost, low_path
         # expanded first: what it enables is what the budget is for
         heapq.heappush(queue, (min(low_cost, start_cost), -1, low, low_path))
+    epilogues = [rule for rule in rules if all(_elementwise(op) for op in rule.root_ops)]
     expanded = last_better = 0
     stop = Stop.QUEUE_EMPTY
     while queue:
@@ -81,14 +82,10 @@ def search_region(g: Graph, rules: list[Rule], cost: CostModel, deadline: float,
         expanded += 1
         found, merges = [], []
         for rule, new in neighbours(cur, rules, max_ops):
-            h = new.structural_hash()
-            if h in seen:
-                continue
-            seen.add(h)
-            stats.candidates += 1
-            found.append((new, cost.cost(new), path + (rule.name,)))
-            if len(rule.src) > 1:
-                merges.append(len(found) - 1)
+            if _first_sight(new, seen, stats):
+                found.append((new, cost.cost(new), path + (rule.name,)))
+                if len(rule.src) > 1:
+                    merges.append(len(found) - 1)
         lowest = min([best_cost] + [c for _, c, _ in found])
         for k in merges:
             merged, merged_cost, merged_path = found[k]
@@ -96,7 +93,7 @@ def search_region(g: Graph, rules: list[Rule], cost: CostModel, deadline: float,
                 # a merge may pay only once the elementwise ops on its parts run once on the
                 # whole; looked for after every one-step graph is seen, so that a graph one rule
                 # reaches keeps that one rule as its path
-                found += _follow_ups(cur, merged, rules, cost, max_ops=max_ops, seen=seen, stats=stats,
+                found += _follow_ups(cur, merged, epilogues, cost, max_ops=max_ops, seen=seen, stats=stats,
                                      path=merged_path)
         for graph, graph_cost, graph_path in found:
             if graph_cost < best_cost:
@@ -124,36 +121,48 @@ def neighbours(g: Graph, rules: list[Rule], max_ops: int):
                 yield rule, new
 
 
-def _follow_ups(before: Graph, merged: Graph, rules: list[Rule], cost: CostModel, *, max_ops: int, seen: set,
+def _follow_ups(before: Graph, merged: Graph, epilogues: list[Rule], cost: CostModel, *, max_ops: int, seen: set,
                 stats: SearchStats, path: tuple) -> list[tuple[Graph, float, tuple]]:
     """(graph, cost, path) for each graph one rule away from ``merged`` (a merge too costly to
     keep, made from ``before``) that moves elementwise ops reading what the merge made onto its
-    merged value: a rule whose roots are all elementwise ops that read a node the merge made,
-    leaving fewer runtime ops (a relu on each half of the merge's split run once before it).
-    Graphs seen before are skipped, the others priced and added to ``seen``."""
+    merged value: a rule of ``epilogues`` (those whose roots are all elementwise ops) at roots
+    that read a node the merge made, leaving fewer runtime ops (a relu on each half of the
+    merge's split run once before it). Graphs seen before are skipped, the others priced and
+    added to ``seen``."""
     made = set(merged.nodes) - set(before.nodes)
-    near = {nid for nid, node in merged.nodes.items()
-            if node.op in ops.OPS and ops.OPS[node.op].kind == ops.ELEMWISE and any(src in made for src, _ in node.inputs)}
+    near: dict[str, list[int]] = {}
+    for nid in sorted(merged.nodes):
+        node = merged.nodes[nid]
+        if _elementwise(node.op) and any(src in made for src, _ in node.inputs):
+            near.setdefault(node.op, []).append(nid)
     if not near:
         return []
-    # every op of the graph stays a key (a rule's inner patterns may name it); roots come from near
-    by_op = {op: [nid for nid in nids if nid in near] for op, nids in match.index_by_op(merged).items()}
+    # every op of the graph is a key (a rule's inner patterns may name it); roots come from near
+    by_op = dict.fromkeys({node.op for node in merged.nodes.values()}, ()) | near
     fewer = min(runtime_ops(merged) - 1, max_ops)
     out = []
-    for rule in rules:
-        if any(not by_op.get(op) for op in rule.root_ops):
+    for rule in epilogues:
+        if any(op not in near for op in rule.root_ops):
             continue
         for site in match.find_matches(merged, rule, by_op):
             new = match.apply(merged, site)
-            if new is None or runtime_ops(new) > fewer:
-                continue
-            h = new.structural_hash()
-            if h in seen:
-                continue
-            seen.add(h)
-            stats.candidates += 1
-            out.append((new, cost.cost(new), path + (rule.name,)))
+            if new is not None and runtime_ops(new) <= fewer and _first_sight(new, seen, stats):
+                out.append((new, cost.cost(new), path + (rule.name,)))
     return out
+
+
+def _elementwise(op: str) -> bool:
+    return op in ops.OPS and ops.OPS[op].kind == ops.ELEMWISE
+
+
+def _first_sight(g: Graph, seen: set, stats: SearchStats) -> bool:
+    """Whether ``g`` is a graph not ``seen`` before (it is now, and counts as a candidate)."""
+    h = g.structural_hash()
+    if h in seen:
+        return False
+    seen.add(h)
+    stats.candidates += 1
+    return True
 
 
 def descend(g: Graph, rules: list[Rule], cost: CostModel, deadline: float, max_ops: int,
