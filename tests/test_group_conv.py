@@ -210,7 +210,8 @@ def test_parallel_conv_relu_branches_become_one_grouped_conv(n, search):
 def test_branch_merges_that_pay_after_their_relus_merge_are_found(n, search):
     """At 64 channels and 14x14 merging two of the branches costs more than it saves until
     their relus run once on the grouped conv's output (a second step), and merging all of them
-    pays: TENSAT's example of what equality saturation finds and a greedy search misses.
+    pays: a rewrite that equality saturation finds and a greedy search, dropping the costlier
+    first step, misses.
     Backtracking looks one step past a merge too costly to keep (the elementwise ops on its
     parts merged), so every search, the default included, ends with one grouped conv."""
     if search == "eqsat":
